@@ -1,0 +1,60 @@
+// Argument checks that throw TypeError/RangeError naming the argument, what was expected and what
+// was given: `<fn>: <argument> <expectation>, got <given>`.
+
+/** A short, readable rendering of any value for error messages. */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'string') return `'${value.length > 40 ? value.slice(0, 40) + '…' : value}'`;
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return value.toString();
+  if (Array.isArray(value)) {
+    const items = value.slice(0, 8).map((v) => (typeof v === 'number' ? String(v) : describe(v)));
+    return `[${items.join(', ')}${value.length > 8 ? ', …' : ''}]`;
+  }
+  const ctor = (value as object).constructor?.name;
+  if (ArrayBuffer.isView(value)) return `a ${ctor} of length ${(value as unknown as { length: number }).length}`;
+  return ctor && ctor !== 'Object' ? `a ${ctor}` : 'an object';
+}
+
+export function typeError(fn: string, arg: string, expected: string, given: unknown, raw = false): TypeError {
+  return new TypeError(`${fn}: ${arg} ${expected}, got ${raw ? String(given) : describe(given)}`);
+}
+
+export function rangeError(fn: string, arg: string, expected: string, given: unknown, raw = false): RangeError {
+  return new RangeError(`${fn}: ${arg} ${expected}, got ${raw ? String(given) : describe(given)}`);
+}
+
+/** Throws unless `options` is undefined or a plain object whose keys are all known. */
+export function checkOptions(fn: string, options: unknown, known: readonly string[]): Record<string, unknown> {
+  if (options === undefined) return {};
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw typeError(fn, 'options', 'must be an object or undefined', options);
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) {
+      const lower = key.toLowerCase().replace(/^is/, '');
+      const guess = known.find((k) => k.toLowerCase() === lower || lower.includes(k.toLowerCase()));
+      throw new TypeError(`${fn}: options.${key} is not an option${guess ? ` (did you mean options.${guess}?)` : ''}; ` +
+        `expected one of ${known.join(', ')}, got '${key}'`);
+    }
+  }
+  return options as Record<string, unknown>;
+}
+
+export function checkBoolean(fn: string, name: string, v: unknown, def: boolean): boolean {
+  if (v === undefined) return def;
+  if (typeof v !== 'boolean') throw typeError(fn, name, 'must be a boolean', v);
+  return v;
+}
+
+/** Integer in [min, max], or `def` when undefined. */
+export function checkInt(fn: string, name: string, v: unknown, min: number, max: number, def: number): number {
+  if (v === undefined) return def;
+  if (typeof v !== 'number') throw typeError(fn, name, `must be an integer between ${min} and ${max}`, v);
+  if (!Number.isInteger(v) || v < min || v > max) {
+    throw rangeError(fn, name, `must be an integer between ${min} and ${max}`, v);
+  }
+  return v;
+}

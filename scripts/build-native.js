@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+// Builds the native addon with cmake-js (run by `npm install` / `npm ci`).
+//
+// Switches, each as an environment variable or an npm config value
+// (`npm install --fa-cuda-archs=90` sets npm_config_fa_cuda_archs):
+//   FA_CUDA_ARCHS   CUDA architectures, CMake syntax: default "80-real;90-real;90-virtual";
+//                   "90" builds for the H100/H200 only (fast development build). Commas work too.
+//   FA_CUDA         AUTO (default), ON (fail without nvcc) or OFF (CPU backend only)
+//   FA_HEAD_DIMS    head-dim tiles to compile, e.g. "64,128" (default: all)
+//   FA_BUILD_TOOLS  1 to also build the standalone C++ check/bench binaries
+//   FA_JOBS         parallel compile jobs (default: number of cores)
+// cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
+// differ from the last build's this script reconfigures from scratch.
+'use strict';
+const { spawnSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+const root = path.resolve(__dirname, '..');
+const opt = (name, def) => {
+  const env = process.env[name] ?? process.env['npm_config_' + name.toLowerCase()];
+  return env === undefined || env === '' ? def : env;
+};
+const pkg = require(path.join(root, 'package.json'));
+const settings = {
+  FA_CUDA: opt('FA_CUDA', 'AUTO').toUpperCase(),
+  FA_CUDA_ARCHS: opt('FA_CUDA_ARCHS', '80-real;90-real;90-virtual').replace(/,/g, ';'),
+  FA_HEAD_DIMS: opt('FA_HEAD_DIMS', '').replace(/,/g, ';'),
+  FA_BUILD_TOOLS: /^(1|on|true|yes)$/i.test(opt('FA_BUILD_TOOLS', '')) ? 'ON' : 'OFF',
+  FA_VERSION: pkg.version,
+};
+const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;
+
+const stampFile = path.join(root, 'build', 'fa-settings.json');
+let previous = null;
+try { previous = fs.readFileSync(stampFile, 'utf8'); } catch { /* first build */ }
+const wanted = JSON.stringify(settings);
+const command = previous === wanted ? 'compile' : 'rebuild';
+
+const cmakeJs = require.resolve('cmake-js/bin/cmake-js');
+const args = [cmakeJs, command, '-p', String(jobs), '-B', 'Release'];
+for (const [k, v] of Object.entries(settings)) args.push(`--CD${k}=${v}`);
+console.log(`flash-attention-node: cmake-js ${command} (${Object.entries(settings).map(([k, v]) => `${k}=${v || '(all)'}`).join(' ')})`);
+const t0 = Date.now();
+const r = spawnSync(process.execPath, args, { cwd: root, stdio: 'inherit' });
+if (r.status !== 0) process.exit(r.status ?? 1);
+fs.mkdirSync(path.dirname(stampFile), { recursive: true });
+fs.writeFileSync(stampFile, wanted);
+console.log(`flash-attention-node: native build done in ${((Date.now() - t0) / 60000).toFixed(1)} min`);
