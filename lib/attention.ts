@@ -234,6 +234,21 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
   return r;
 }
 
+/**
+ * Benchmark hook (used by bench/): runs the CUDA forward `warmup` times, then `reps` times with CUDA
+ * events around each launch on the device's stream, and returns the per-launch milliseconds. Inputs
+ * must be CUDA tensors; the outputs are discarded.
+ */
+export async function benchmarkForward(q: Tensor, k: Tensor, v: Tensor, options: AttentionOptions | undefined,
+  warmup: number, reps: number): Promise<number[]> {
+  const fn = 'benchmarkForward';
+  const p = checkProblem(fn, q, k, v, checkOptions(fn, options, FWD_OPTIONS));
+  if (p.device < 0) throw new TypeError(`${fn}: q must be a CUDA tensor, got device '${q.device}'`);
+  const ms = await native.cudaBenchForward(deviceBuf(q, fn, 'q'), deviceBuf(k, fn, 'k'), deviceBuf(v, fn, 'v'),
+    dims(p), p.scale, warmup, reps);
+  return Array.from(ms);
+}
+
 /** FLOPs of one forward the flash-attn way: 4*B*H*Nq*Nk*D, halved when causal. */
 export function attentionFlops(B: number, H: number, Nq: number, Nk: number, D: number, causal: boolean): number {
   return (4 * B * H * Nq * Nk * D) / (causal ? 2 : 1);

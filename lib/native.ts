@@ -31,6 +31,8 @@ export interface NativeBinding {
   cudaDownload(buf: NativeDeviceBuffer, dst: HostArray): Promise<void>;
   cudaForward(q: NativeDeviceBuffer, k: NativeDeviceBuffer, v: NativeDeviceBuffer, dims: Dims,
     scale: number): Promise<[NativeDeviceBuffer, NativeDeviceBuffer]>;
+  cudaBenchForward(q: NativeDeviceBuffer, k: NativeDeviceBuffer, v: NativeDeviceBuffer, dims: Dims,
+    scale: number, warmup: number, reps: number): Promise<Float64Array>;
   cudaBackward(dout: NativeDeviceBuffer, q: NativeDeviceBuffer, k: NativeDeviceBuffer,
     v: NativeDeviceBuffer, out: NativeDeviceBuffer, lse: NativeDeviceBuffer, dims: Dims, scale: number,
     wantD: boolean): Promise<NativeDeviceBuffer[]>;

@@ -3,6 +3,7 @@
 // CPU work in an AsyncWorker, CUDA work through the device's submission queue.
 #include <napi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -538,7 +539,82 @@ Napi::Value CudaBackward(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+// cudaBenchForward(q, k, v, dims, scale, warmup, reps): Promise<Float64Array> of per-launch
+// milliseconds, each measured with CUDA events around one kernel launch on the device's stream.
+class BenchJob : public ForwardJob {
+ public:
+  using ForwardJob::ForwardJob;
+  int warmup = 0, reps = 0;
+  std::vector<double> ms;
+#ifdef FA_WITH_CUDA
+  std::vector<cudaEvent_t> events;
+  std::string Submit(void* stream) override {
+    for (int i = 0; i < warmup; i++) {
+      std::string e = ForwardJob::Submit(stream);
+      if (!e.empty()) return e;
+    }
+    events.resize(2 * reps);
+    for (auto& ev : events) {
+      std::string e = CudaErr(cudaEventCreate(&ev), "bench event");
+      if (!e.empty()) return e;
+    }
+    auto s = static_cast<cudaStream_t>(stream);
+    for (int i = 0; i < reps; i++) {
+      cudaEventRecord(events[2 * i], s);
+      std::string e = ForwardJob::Submit(stream);
+      if (!e.empty()) return e;
+      cudaEventRecord(events[2 * i + 1], s);
+    }
+    return "";
+  }
+  void Finished() override {
+    for (int i = 0; i < reps; i++) {
+      float t = 0;
+      cudaEventElapsedTime(&t, events[2 * i], events[2 * i + 1]);
+      ms.push_back(t);
+    }
+  }
+  ~BenchJob() override {
+    for (auto ev : events) if (ev) cudaEventDestroy(ev);
+  }
+#endif
+  void Complete(Napi::Env env, const std::string& error) override {
+    if (error.empty()) {
+      Napi::Float64Array arr = Napi::Float64Array::New(env, ms.size());
+      for (size_t i = 0; i < ms.size(); i++) arr[i] = ms[i];
+      for (auto& o : outputs_) Napi::ObjectWrap<DeviceBuffer>::Unwrap(o.Value())->Release(env);
+      deferred_.Resolve(arr);
+      return;
+    }
+    ForwardJob::Complete(env, error);
+  }
+};
+
+Napi::Value CudaBenchForward(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Dims d = ParseDims(info[3], info[4]);
+  DeviceBuffer* b[3];
+  static const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) {
+    b[i] = DeviceBuffer::FromValue(info[i], names[i]);
+    if (!b[i]) return env.Undefined();
+  }
+  auto job = std::make_unique<BenchJob>(env, "benchForward");
+  job->q = b[0]->allocation(); job->k = b[1]->allocation(); job->v = b[2]->allocation();
+  for (int i = 0; i < 3; i++) job->Keep(info[i]);
+  FillCommon(job->p, d);
+  job->warmup = info[5].As<Napi::Number>().Int32Value();
+  job->reps = std::max(1, info[6].As<Napi::Number>().Int32Value());
+  DeviceQueue* q = b[0]->queue();
+  job->Output(env, q, size_t(d.B) * d.Nq * d.H * d.D * ElemSize(d.dtype));
+  job->Output(env, q, size_t(d.B) * d.H * d.Nq * 4);
+  Napi::Promise p = job->Promise();
+  q->Post(env, std::move(job));
+  return p;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("cudaBenchForward", Napi::Function::New(env, CudaBenchForward));
   DeviceBuffer::Init(env, exports);
   exports.Set("cpuForward", Napi::Function::New(env, CpuForward));
   exports.Set("cpuBackward", Napi::Function::New(env, CpuBackward));

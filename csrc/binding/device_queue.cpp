@@ -9,7 +9,7 @@
 namespace fab {
 
 #ifdef FA_WITH_CUDA
-static std::string CudaMessage(cudaError_t e, const char* what) {
+static std::string CudaMessage(cudaError_t e, const std::string& what) {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " (" + what + ")";
 }
 #endif
@@ -89,6 +89,14 @@ void DeviceQueue::SubmitLoop() {
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) init_error_ = CudaMessage(e, "creating the device stream");
   stream_ = stream;
+  // Keep freed blocks in the device's stream-ordered pool instead of returning them to the driver
+  // at every synchronisation: steady-state calls then allocate without cudaMalloc/cudaFree.
+  cudaMemPool_t pool = nullptr;
+  if (e == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device_) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  cudaGetLastError();
 #else
   init_error_ = "flash-attention-node was built without CUDA";
 #endif
@@ -112,6 +120,13 @@ void DeviceQueue::SubmitLoop() {
       for (auto& a : p.job->allocate) {
         void* ptr = nullptr;
         cudaError_t ae = cudaMallocAsync(&ptr, a->bytes ? a->bytes : 1, stream);
+        if (ae == cudaErrorMemoryAllocation && pool) {
+          // The pool may hold freed blocks: give them back to the driver and try once more.
+          cudaGetLastError();
+          cudaStreamSynchronize(stream);
+          cudaMemPoolTrimTo(pool, 0);
+          ae = cudaMallocAsync(&ptr, a->bytes ? a->bytes : 1, stream);
+        }
         if (ae != cudaSuccess) {
           cudaGetLastError();  // clear the non-sticky allocation error
           err = CudaMessage(ae, "allocating " + std::to_string(a->bytes) + " bytes on cuda:" +
@@ -175,6 +190,7 @@ void DeviceQueue::CompleteLoop() {
       p.event = nullptr;
     }
 #endif
+    if (p.error.empty() && p.job) p.job->Finished();
     if (stopping) {
       std::lock_guard<std::mutex> lock(mu_);
       dead_.push_back(std::move(p));

@@ -37,6 +37,8 @@ struct Job {
   // Submit thread: enqueue work on `stream`. Return "" on success or an error message that starts
   // with the CUDA error name.
   virtual std::string Submit(void* stream) = 0;
+  // Completion thread, after the GPU finished this job's work without error (e.g. read events).
+  virtual void Finished() {}
   // JS thread, after the GPU finished (or Submit failed): settle the Promise.
   virtual void Complete(Napi::Env env, const std::string& error) = 0;
   // Allocations this job makes before Submit (outputs); freed again if the job fails.

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA timings for `npm run bench -- --compare torch`.
+
+Reads a JSON list of cases on stdin ({B, H, Hkv, N, D, dtype, causal, dirs}) and prints a JSON list
+of results: for each case and each backend (flash, cudnn, efficient, math where asked) the median
+forward time and, where asked, the backward time measured as (forward + backward) - forward, the
+way PERF.md says. CUDA events, warm-up, median, random normal inputs.
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def median_ms(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def run_case(c, warmup, reps):
+    dt = DTYPES[c["dtype"]]
+    B, H, Hkv, N, D = c["B"], c["H"], c["Hkv"], c["N"], c["D"]
+    # SDPA wants [B, H, N, D]; GQA via enable_gqa.
+    q = torch.randn(B, H, N, D, device="cuda", dtype=dt, requires_grad=True)
+    k = torch.randn(B, Hkv, N, D, device="cuda", dtype=dt, requires_grad=True)
+    v = torch.randn(B, Hkv, N, D, device="cuda", dtype=dt, requires_grad=True)
+    do = torch.randn(B, H, N, D, device="cuda", dtype=dt)
+    out = []
+    for be in c["backends"]:
+        r = {"backend": be}
+        try:
+            with sdpa_kernel(BACKENDS[be]):
+                kw = {"is_causal": c["causal"]}
+                if Hkv != H:
+                    kw["enable_gqa"] = True
+                fwd = lambda: F.scaled_dot_product_attention(q, k, v, **kw)
+                with torch.no_grad():
+                    r["fwd_ms"] = median_ms(fwd, warmup, reps)
+                if "bwd" in c["dirs"]:
+                    def fwd_bwd():
+                        o = F.scaled_dot_product_attention(q, k, v, **kw)
+                        o.backward(do)
+                    fb = median_ms(fwd_bwd, warmup, reps)
+                    fw = median_ms(fwd, warmup, reps)
+                    r["bwd_ms"] = max(fb - fw, 1e-6)
+        except Exception as e:  # a backend that does not support the case
+            r["error"] = str(e).splitlines()[0][:160]
+        out.append(r)
+        torch.cuda.empty_cache()
+    del q, k, v, do
+    torch.cuda.empty_cache()
+    return {"case": c, "results": out}
+
+
+def main():
+    req = json.load(sys.stdin)
+    res = {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+           "gpu": torch.cuda.get_device_name(0), "cases": []}
+    for c in req["cases"]:
+        res["cases"].append(run_case(c, req.get("warmup", 5), req.get("reps", 30)))
+        print(f"torch: {len(res['cases'])}/{len(req['cases'])}", file=sys.stderr, flush=True)
+    json.dump(res, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
