@@ -133,14 +133,14 @@ async function main() {
   const rows: string[][] = [];
   let failed = false;
   for (const c of cases) {
-    process.stdout.write(`  running B=${c.B} H=${c.H}/${c.Hkv} N=${c.N} D=${c.D} ${c.dtype}${c.causal ? ' causal' : ''}...\r`);
+    if (process.stdout.isTTY) process.stdout.write(`  running B=${c.B} H=${c.H}/${c.Hkv} N=${c.N} D=${c.D} ${c.dtype}${c.causal ? ' causal' : ''}...\r`);
     const r = await runCase(c, useGpu ? 'cuda' : 'cpu', useGpu ? 20 : 3);
     failed ||= !r.ok;
     rows.push([`${c.B}, ${c.H}/${c.Hkv}, ${c.N}, ${c.D}`, c.dtype, c.causal ? 'yes' : 'no', r.ms.toFixed(2),
       (useGpu ? r.tflops : r.tflops * 1000).toFixed(1), `${r.maxErr.toExponential(1)} ${r.ok ? 'ok' : 'FAIL'}`,
       fmtBytes(r.extra), fmtBytes(r.naive)]);
   }
-  process.stdout.write(' '.repeat(80) + '\r');
+  if (process.stdout.isTTY) process.stdout.write(' '.repeat(80) + '\r');
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
   const line = (r: string[]) => '| ' + r.map((x, i) => x.padEnd(widths[i])).join(' | ') + ' |';
   console.log(line(head));
