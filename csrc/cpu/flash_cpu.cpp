@@ -1,0 +1,1189 @@
+// CPU backend: fa_fwd_cpu / fa_bwd_cpu (FlashAttention-2 forward and backward on the host).
+//
+// Layout of this file. The tile kernels live in the second half (after the #else below) and are
+// compiled twice by including this very file again: once for the baseline ISA (SSE2 on x86-64,
+// NEON on arm64) and, on x86-64 with GCC or Clang, once more with the target "avx2,fma,f16c"
+// (`#pragma GCC target` / `#pragma clang attribute`).
+// The entry points at the end pick the AVX2 set at run time when the CPU has it, so the library
+// needs no -march flag. Setting the environment variable FA_CPU_ISA=generic forces the baseline
+// set (used by cpu_check to test both).
+//
+// Scheme (see fa_core.h for the exact semantics):
+//   forward   one task per (batch, head, block of block_m query rows), streaming over key blocks
+//             of block_n keys (key blocks that are fully masked by causality are never visited).
+//             Per tile: S^T = K Q^T (Q is transposed once per task, so K and V tiles are used as
+//             loaded), online softmax in the log2 domain (scores times scale*log2(e), exp2;
+//             running max m and sum l per row, old O rescaled when the max grows), O += P V;
+//             O is normalised once at the end and LSE = (m + log2 l) * ln 2.
+//   backward  pass 0: Dvec = rowsum(dO * O) per query row (float32 workspace [B, H, Nq]).
+//             Then one of two race-free schemes, chosen from the shape alone (see plan_fused):
+//             fused:    one task per (batch, kv head, group of key blocks). For each key block,
+//                       for each query head of the GQA group and each query block: recompute
+//                       S and P = exp(S - LSE), dV += P^T dO, dP = dO V^T, dS = P (dP - Dvec),
+//                       dK += dS^T Q, and dQpart[key group] += dS K (5 tile GEMMs). A second
+//                       pass adds the dQ partials in key-group order.
+//             two-pass: one task per (batch, kv head, key block) for dK, dV as above, then one
+//                       task per (batch, head, query block) recomputing P and dS for dQ (7 tile
+//                       GEMMs, but no dQ workspace).
+//   Every output element is produced by exactly one task with a fixed summation order, so the
+//   results are bit-identical for any thread count or schedule.
+//
+// All tile arithmetic runs on contiguous float scratch (per thread: O((block_m + block_n) *
+// head_dim + block_m * block_n) floats) through one register-blocked GEMM micro-kernel (6 rows x
+// 2 vectors of accumulators, any strides for the broadcast operand). fp16 / bf16 inputs are
+// converted to float as tiles are loaded (fp32 inputs with head_dim % 8 == 0 are read in place);
+// outputs are rounded once when stored.
+
+#ifndef FA_CPU_KERNEL_PASS
+// =============================================================================================
+// Part 1: shared declarations, then the two kernel instantiations, then the C entry points.
+// =============================================================================================
+#include <cstring>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <new>
+#include <string>
+
+#include "common/errors.h"
+#include "common/half.h"
+#include "cpu/thread_pool.h"
+#include "fa_core.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define FA_CPU_X86_DISPATCH 1
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#define FA_CPU_X86_DISPATCH 0
+#endif
+
+namespace fa {
+namespace cpu {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// Problem geometry shared by all tasks of one call.
+struct Geometry {
+  int B, Nq, Nk, H, Hkv, D, group;
+  int64_t shift;     // Nk - Nq: causal row i sees keys j <= i + shift
+  bool causal;
+  int bm, bn;        // tile sizes
+  int Dp;            // D rounded up to 8 (row stride of row-major float tiles)
+  int bmp, bnp;      // bm, bn rounded up to 8 (row strides of score tiles and transposed tiles)
+  bool direct;       // fp32 with D % 8 == 0: read q/k/v/dO in place instead of converting copies
+  int nqb, nkb;      // number of query / key blocks
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e)
+  fa_dtype dtype;
+};
+
+struct FwdArgs {
+  Geometry g;
+  const void *q, *k, *v;
+  void* o;
+  float* lse;
+  fa_strides qs, ks, vs, os;
+};
+
+struct BwdArgs {
+  Geometry g;
+  const void *dout, *q, *k, *v, *o;
+  const float* lse;
+  void *dq, *dk, *dv;
+  fa_strides dos, qs, ks, vs, os, dqs, dks, dvs;
+  float* dvec;  // [B, H, Nq] workspace: rowsum(dO * O)
+  // fused scheme only: dQ partial sums, [slab unit][key group][group head][Nq][Dp]
+  float* dq_part;
+  int n_groups;       // key groups per (batch, kv head)
+  int group_blocks;   // key blocks per key group
+  int64_t slab_u0;    // first (batch, kv head) unit of the current slab
+  int slab_n;         // units in the current slab
+};
+
+inline int64_t elem_offset(const fa_strides& s, int64_t b, int64_t n, int64_t h) {
+  return b * s.batch + n * s.row + h * s.head;
+}
+
+// Per-thread scratch layout (in floats; every buffer starts on a 64-byte boundary). One layout
+// serves the forward and both backward passes; each kernel uses its own subset.
+struct Scratch {
+  int64_t qr, dor, kr, vr, acc, dk, dv;  // row-major float tiles, [rows][Dp]
+  int64_t qt, dot, kt, vt;               // transposed tiles, [D][bmp] (q, dO) or [D][bnp] (k, v)
+  int64_t s, dp;                         // score tiles, [bm][bnp] or [bn][bmp]
+  int64_t m, l, alpha, lse2, dvec, vis;  // per query row, bmp entries (vis holds int32)
+  int64_t tmp;                           // 8 converted rows for transposing loads, [8][Dp]
+  int64_t total;
+  explicit Scratch(const Geometry& g) {
+    int64_t at = 0;
+    auto take = [&at](int64_t n) { const int64_t here = at; at += (n + 15) / 16 * 16; return here; };
+    const int64_t rows_m = (int64_t)g.bm * g.Dp, rows_n = (int64_t)g.bn * g.Dp;
+    qr = take(rows_m);
+    dor = take(rows_m);
+    acc = take(rows_m);
+    kr = take(rows_n);
+    vr = take(rows_n);
+    dk = take(rows_n);
+    dv = take(rows_n);
+    qt = take((int64_t)g.D * g.bmp);
+    dot = take((int64_t)g.D * g.bmp);
+    kt = take((int64_t)g.D * g.bnp);
+    vt = take((int64_t)g.D * g.bnp);
+    const int64_t tile = std::max((int64_t)g.bm * g.bnp, (int64_t)g.bn * g.bmp);
+    s = take(tile);
+    dp = take(tile);
+    m = take(g.bmp);
+    l = take(g.bmp);
+    alpha = take(g.bmp);
+    lse2 = take(g.bmp);
+    dvec = take(g.bmp);
+    vis = take(g.bmp);
+    tmp = take(8 * (int64_t)g.Dp);
+    total = at;
+  }
+};
+
+constexpr int kDotRowsPerTask = 256;  // backward pass 0 granularity
+
+}  // namespace cpu
+}  // namespace fa
+
+// ---- kernel instantiations -------------------------------------------------------------------
+#define FA_CPU_KERNEL_PASS 1
+
+#define FA_KNS k_generic
+#define FA_KVL 4
+#define FA_KAVX2 0
+#include "flash_cpu.cpp"  // this file again (found next to itself)
+#undef FA_KNS
+#undef FA_KVL
+#undef FA_KAVX2
+
+#if FA_CPU_X86_DISPATCH
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+#define FA_KNS k_avx2
+#define FA_KVL 8
+#define FA_KAVX2 1
+#include "flash_cpu.cpp"  // this file again (found next to itself)
+#undef FA_KNS
+#undef FA_KVL
+#undef FA_KAVX2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif
+
+#undef FA_CPU_KERNEL_PASS
+
+// ---- dispatch, validation, entry points ------------------------------------------------------
+namespace fa {
+namespace cpu {
+namespace {
+
+struct KernelSet {
+  const char* name;
+  void (*fwd)(const FwdArgs&, int64_t, float*);
+  void (*dot)(const BwdArgs&, int64_t);
+  void (*kv)(const BwdArgs&, int64_t, float*);
+  void (*q)(const BwdArgs&, int64_t, float*);
+  void (*fused)(const BwdArgs&, int64_t, float*);
+  void (*reduce)(const BwdArgs&, int64_t);
+};
+
+const KernelSet kGeneric = {"generic",
+                            k_generic::fwd_task,
+                            k_generic::bwd_dot_task,
+                            k_generic::bwd_kv_task,
+                            k_generic::bwd_q_task,
+                            k_generic::bwd_fused_task,
+                            k_generic::bwd_reduce_task};
+#if FA_CPU_X86_DISPATCH
+const KernelSet kAvx2 = {"avx2",
+                         k_avx2::fwd_task,
+                         k_avx2::bwd_dot_task,
+                         k_avx2::bwd_kv_task,
+                         k_avx2::bwd_q_task,
+                         k_avx2::bwd_fused_task,
+                         k_avx2::bwd_reduce_task};
+bool cpu_has_avx2() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    unsigned a = 0, b = 0, c = 0, d = 0;  // F16C: CPUID.1:ECX bit 29
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+           ((c >> 29) & 1u);
+  }();
+  return ok;
+}
+#endif
+
+const KernelSet& kernels() {
+  const char* env = getenv("FA_CPU_ISA");
+  if (env != nullptr && strcmp(env, "generic") == 0) return kGeneric;
+#if FA_CPU_X86_DISPATCH
+  if (cpu_has_avx2()) return kAvx2;
+#endif
+  return kGeneric;
+}
+
+// Default tiles, from measurements on an AVX2 Zen 3 core (fp32 and fp16, head dims 32..256):
+// 64 x 64 was at or within noise of the best everywhere; 32-row tiles lose ~10% to per-tile
+// overhead, 128-wide tiles fall out of L1/L2. Larger user values are clamped to kMaxBlock.
+constexpr int kDefaultBlockM = 64;
+constexpr int kDefaultBlockN = 64;
+constexpr int kMaxBlock = 1024;
+
+// The dtype field as an integer: a caller (e.g. the JS binding) may store any value there, and
+// loading an out-of-range value through the enum type would be undefined behaviour in C++.
+int raw_dtype(const fa_dtype* field) {
+  int v = -1;
+  if (sizeof(fa_dtype) == sizeof(int)) memcpy(&v, field, sizeof v);
+  return v;
+}
+
+// Validates the shape fields shared by forward and backward; fills `g` on success.
+fa_status make_geometry(const char* fn, int B, int Nq, int Nk, int H, int Hkv, int D, float scale,
+                        int causal, int dtype_raw, int bm, int bn, int num_threads, Geometry* g) {
+  const std::string pre = std::string(fn) + ": ";
+  if (B < 0 || Nq < 0 || Nk < 0)
+    return fail(FA_ERR_INVALID, pre + "batch and sequence lengths must be >= 0 (got batch=" +
+                                    std::to_string(B) + ", seqlen_q=" + std::to_string(Nq) +
+                                    ", seqlen_k=" + std::to_string(Nk) + ")");
+  if (H <= 0 || Hkv <= 0)
+    return fail(FA_ERR_INVALID, pre + "heads and heads_k must be > 0 (got heads=" + std::to_string(H) +
+                                    ", heads_k=" + std::to_string(Hkv) + ")");
+  if (H % Hkv != 0)
+    return fail(FA_ERR_INVALID, pre + "heads (" + std::to_string(H) + ") must be a multiple of heads_k (" +
+                                    std::to_string(Hkv) + ")");
+  if (D < 1 || D > 256)
+    return fail(FA_ERR_INVALID, pre + "head_dim must be in 1..256 (got " + std::to_string(D) + ")");
+  if (dtype_raw != FA_FLOAT32 && dtype_raw != FA_FLOAT16 && dtype_raw != FA_BFLOAT16)
+    return fail(FA_ERR_INVALID, pre + "unknown dtype " + std::to_string(dtype_raw));
+  const fa_dtype dtype = static_cast<fa_dtype>(dtype_raw);
+  if (bm < 0 || bn < 0)
+    return fail(FA_ERR_INVALID, pre + "block_m and block_n must be >= 0 (0 = default; got " +
+                                    std::to_string(bm) + ", " + std::to_string(bn) + ")");
+  if (num_threads < 0)
+    return fail(FA_ERR_INVALID, pre + "num_threads must be >= 0 (0 = all cores; got " +
+                                    std::to_string(num_threads) + ")");
+  g->B = B;
+  g->Nq = Nq;
+  g->Nk = Nk;
+  g->H = H;
+  g->Hkv = Hkv;
+  g->D = D;
+  g->group = H / Hkv;
+  g->shift = (int64_t)Nk - Nq;
+  g->causal = causal != 0;
+  g->bm = std::max(1, std::min({bm > 0 ? bm : kDefaultBlockM, std::max(Nq, 1), kMaxBlock}));
+  g->bn = std::max(1, std::min({bn > 0 ? bn : kDefaultBlockN, std::max(Nk, 1), kMaxBlock}));
+  g->Dp = round_up(D, 8);
+  g->bmp = round_up(g->bm, 8);
+  g->bnp = round_up(g->bn, 8);
+  g->direct = dtype == FA_FLOAT32 && D % 8 == 0;
+  g->nqb = (Nq + g->bm - 1) / g->bm;
+  g->nkb = (Nk + g->bn - 1) / g->bn;
+  g->scale = scale;
+  g->scale_log2 = scale * kLog2e;
+  g->dtype = dtype;
+  return FA_OK;
+}
+
+fa_status need(const char* fn, const void* ptr, const char* name) {
+  if (ptr != nullptr) return FA_OK;
+  return fail(FA_ERR_INVALID, std::string(fn) + ": " + name + " must not be null");
+}
+
+// 64-byte aligned float buffer; empty on allocation failure.
+struct FloatBuffer {
+  float* ptr = nullptr;
+  explicit FloatBuffer(int64_t n) {
+    if (n <= 0) n = 16;
+    if ((uint64_t)n > (uint64_t)SIZE_MAX / sizeof(float)) return;
+    ptr = static_cast<float*>(::operator new(static_cast<size_t>(n) * sizeof(float), std::align_val_t(64),
+                                             std::nothrow));
+  }
+  ~FloatBuffer() {
+    if (ptr) ::operator delete(ptr, std::align_val_t(64));
+  }
+  FloatBuffer(const FloatBuffer&) = delete;
+  FloatBuffer& operator=(const FloatBuffer&) = delete;
+};
+
+void zero_rows(void* base, const fa_strides& s, fa_dtype dt, int64_t b, int64_t h, int64_t n0, int64_t n1,
+               int D) {
+  const size_t es = dt == FA_FLOAT32 ? 4 : 2;
+  for (int64_t n = n0; n < n1; ++n)
+    memset(static_cast<char*>(base) + elem_offset(s, b, n, h) * (int64_t)es, 0, (size_t)D * es);
+}
+
+// Backward scheme choice. It depends on the shape only (never on the thread count), so results
+// stay bit-identical for any number of threads.
+//   fused:    B*Hkv*n_groups tasks, each doing 5 tile GEMMs per (query block, key block) pair;
+//             needs n_groups fp32 copies of dQ per unit of a slab (bounded by kFusedBudget).
+//   two-pass: 7 tile GEMMs per pair, no large workspace, B*Hkv*nkb + B*H*nqb tasks.
+// Fused is used when its workspace fits and it still yields kFusedMinTasks tasks per slab.
+// FA_CPU_BWD=fused / twopass forces a scheme (fused only where its workspace fits);
+// FA_CPU_FUSED_SLAB=n caps the units per slab (both are testing aids).
+constexpr int64_t kFusedBudget = int64_t(8) << 20;  // floats (32 MiB)
+constexpr int64_t kFusedTargetTasks = 32;
+constexpr int64_t kFusedMinTasks = 8;
+
+struct FusedPlan {
+  bool use = false;
+  int n_groups = 0, group_blocks = 0;
+  int64_t slab = 0;         // units per slab
+  int64_t unit_floats = 0;  // floats of one (unit, key group) partial: group * Nq * Dp
+};
+
+FusedPlan plan_fused(const Geometry& g) {
+  FusedPlan plan;
+  const char* env = getenv("FA_CPU_BWD");
+  const bool force_two = env != nullptr && strcmp(env, "twopass") == 0;
+  const bool force_fused = env != nullptr && strcmp(env, "fused") == 0;
+  if (force_two) return plan;
+  const int64_t units = (int64_t)g.B * g.Hkv;
+  plan.unit_floats = (int64_t)g.group * g.Nq * g.Dp;
+  if (plan.unit_floats > kFusedBudget) return plan;
+  int64_t n = std::min<int64_t>(g.nkb, (kFusedTargetTasks + units - 1) / units);
+  n = std::max<int64_t>(1, std::min<int64_t>(n, kFusedBudget / plan.unit_floats));
+  plan.group_blocks = (int)((g.nkb + n - 1) / n);
+  plan.n_groups = (g.nkb + plan.group_blocks - 1) / plan.group_blocks;
+  plan.slab = std::max<int64_t>(1, std::min<int64_t>(units, kFusedBudget / (plan.n_groups * plan.unit_floats)));
+  if (const char* cap = getenv("FA_CPU_FUSED_SLAB"))  // testing aid: smaller slabs
+    plan.slab = std::max<int64_t>(1, std::min<int64_t>(plan.slab, atoi(cap)));
+  plan.use = force_fused || plan.slab * plan.n_groups >= kFusedMinTasks;
+  return plan;
+}
+
+fa_status fwd_impl(const fa_fwd_params* p) {
+  static const char* fn = "fa_fwd_cpu";
+  if (p == nullptr) return fail(FA_ERR_INVALID, "fa_fwd_cpu: params must not be null");
+  Geometry g;
+  fa_status st = make_geometry(fn, p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, p->head_dim,
+                               p->scale, p->causal, raw_dtype(&p->dtype), p->block_m, p->block_n, p->num_threads, &g);
+  if (st != FA_OK) return st;
+  if (g.B == 0 || g.Nq == 0) return FA_OK;
+  if ((st = need(fn, p->q, "q")) != FA_OK || (st = need(fn, p->o, "o")) != FA_OK ||
+      (st = need(fn, p->lse, "lse")) != FA_OK)
+    return st;
+  if (g.Nk > 0 && ((st = need(fn, p->k, "k")) != FA_OK || (st = need(fn, p->v, "v")) != FA_OK)) return st;
+
+  FwdArgs a;
+  a.g = g;
+  a.q = p->q;
+  a.k = p->k;
+  a.v = p->v;
+  a.o = p->o;
+  a.lse = p->lse;
+  a.qs = p->q_str;
+  a.ks = p->k_str;
+  a.vs = p->v_str;
+  a.os = p->o_str;
+
+  if (g.Nk == 0) {  // nothing to attend to: o = 0, lse = +inf
+    for (int b = 0; b < g.B; ++b)
+      for (int h = 0; h < g.H; ++h) zero_rows(a.o, a.os, g.dtype, b, h, 0, g.Nq, g.D);
+    const int64_t n = (int64_t)g.B * g.H * g.Nq;
+    for (int64_t i = 0; i < n; ++i) a.lse[i] = INFINITY;
+    return FA_OK;
+  }
+
+  const KernelSet& ks = kernels();
+  const int64_t n_tasks = (int64_t)g.B * g.H * g.nqb;
+  const int threads = planned_threads(p->num_threads, n_tasks);
+  const Scratch layout(g);
+  FloatBuffer scratch(layout.total * threads);
+  if (scratch.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_fwd_cpu: cannot allocate scratch");
+  float* ws = scratch.ptr;
+  const int64_t per = layout.total;
+  auto body = [&](int64_t t, int slot) { ks.fwd(a, t, ws + per * slot); };
+  if (!parallel_for(n_tasks, p->num_threads, body))
+    return fail(FA_ERR_INVALID, "fa_fwd_cpu: internal error in a worker task");
+  return FA_OK;
+}
+
+fa_status bwd_impl(const fa_bwd_params* p) {
+  static const char* fn = "fa_bwd_cpu";
+  if (p == nullptr) return fail(FA_ERR_INVALID, "fa_bwd_cpu: params must not be null");
+  Geometry g;
+  fa_status st = make_geometry(fn, p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, p->head_dim,
+                               p->scale, p->causal, raw_dtype(&p->dtype), p->block_m, p->block_n, p->num_threads, &g);
+  if (st != FA_OK) return st;
+  if (g.B == 0 || (g.Nq == 0 && g.Nk == 0)) return FA_OK;
+  if (g.Nq > 0) {
+    if ((st = need(fn, p->dq, "dq")) != FA_OK) return st;
+  }
+  if (g.Nk > 0) {
+    if ((st = need(fn, p->dk, "dk")) != FA_OK || (st = need(fn, p->dv, "dv")) != FA_OK) return st;
+  }
+
+  BwdArgs a;
+  a.g = g;
+  a.dout = p->dout;
+  a.q = p->q;
+  a.k = p->k;
+  a.v = p->v;
+  a.o = p->o;
+  a.lse = p->lse;
+  a.dq = p->dq;
+  a.dk = p->dk;
+  a.dv = p->dv;
+  a.dos = p->do_str;
+  a.qs = p->q_str;
+  a.ks = p->k_str;
+  a.vs = p->v_str;
+  a.os = p->o_str;
+  a.dqs = p->dq_str;
+  a.dks = p->dk_str;
+  a.dvs = p->dv_str;
+  a.dvec = nullptr;
+  a.dq_part = nullptr;
+  a.n_groups = 0;
+  a.group_blocks = 0;
+  a.slab_u0 = 0;
+  a.slab_n = 0;
+
+  if (g.Nq == 0 || g.Nk == 0) {  // no attention at all: every gradient is zero
+    for (int b = 0; b < g.B; ++b) {
+      for (int h = 0; h < g.H; ++h) zero_rows(a.dq, a.dqs, g.dtype, b, h, 0, g.Nq, g.D);
+      for (int h = 0; h < g.Hkv; ++h) {
+        zero_rows(a.dk, a.dks, g.dtype, b, h, 0, g.Nk, g.D);
+        zero_rows(a.dv, a.dvs, g.dtype, b, h, 0, g.Nk, g.D);
+      }
+    }
+    return FA_OK;
+  }
+  if ((st = need(fn, p->dout, "dout")) != FA_OK || (st = need(fn, p->q, "q")) != FA_OK ||
+      (st = need(fn, p->k, "k")) != FA_OK || (st = need(fn, p->v, "v")) != FA_OK ||
+      (st = need(fn, p->o, "o")) != FA_OK || (st = need(fn, p->lse, "lse")) != FA_OK)
+    return st;
+
+  const KernelSet& ks = kernels();
+  FloatBuffer dvec((int64_t)g.B * g.H * g.Nq);
+  if (dvec.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_bwd_cpu: cannot allocate workspace");
+  a.dvec = dvec.ptr;
+
+  // pass 0: Dvec = rowsum(dO * O)
+  const int64_t chunks = (g.Nq + kDotRowsPerTask - 1) / kDotRowsPerTask;
+  auto dot_body = [&](int64_t t, int) { ks.dot(a, t); };
+  if (!parallel_for((int64_t)g.B * g.H * chunks, p->num_threads, dot_body))
+    return fail(FA_ERR_INVALID, "fa_bwd_cpu: internal error in a worker task");
+  if (p->softmax_d != nullptr)  // the caller asked for D itself: [B, H, Nq], same layout as dvec
+    std::memcpy(p->softmax_d, dvec.ptr, sizeof(float) * (size_t)g.B * g.H * g.Nq);
+
+  const Scratch layout(g);
+  const int64_t per = layout.total;
+  const FusedPlan plan = plan_fused(g);
+  if (plan.use) {
+    // Fused scheme: one task per (unit, key group) computes dK, dV of its key blocks and dQ
+    // partial sums; a second pass adds the partials in key-group order and stores dQ. If its
+    // workspace cannot be allocated we fall through to the two-pass scheme, which needs none.
+    a.n_groups = plan.n_groups;
+    a.group_blocks = plan.group_blocks;
+    const int64_t units = (int64_t)g.B * g.Hkv;
+    const int64_t slab_max = std::min<int64_t>(units, plan.slab);
+    const int threads = planned_threads(p->num_threads, slab_max * plan.n_groups);
+    FloatBuffer part(slab_max * plan.n_groups * plan.unit_floats);
+    FloatBuffer scratch(per * threads);
+    if (part.ptr != nullptr && scratch.ptr != nullptr) {
+      a.dq_part = part.ptr;
+      float* ws = scratch.ptr;
+      auto fused_body = [&](int64_t t, int slot) { ks.fused(a, t, ws + per * slot); };
+      auto reduce_body = [&](int64_t t, int) { ks.reduce(a, t); };
+      for (int64_t u0 = 0; u0 < units; u0 += slab_max) {
+        a.slab_u0 = u0;
+        a.slab_n = (int)std::min<int64_t>(slab_max, units - u0);
+        if (!parallel_for((int64_t)a.slab_n * plan.n_groups, p->num_threads, fused_body) ||
+            !parallel_for((int64_t)a.slab_n * g.group * g.nqb, p->num_threads, reduce_body))
+          return fail(FA_ERR_INVALID, "fa_bwd_cpu: internal error in a worker task");
+      }
+      return FA_OK;
+    }
+  }
+
+  // Two-pass scheme: pass 1 (dK, dV per key block) then pass 2 (dQ per query block, recomputing
+  // P and dS); they share one pool of scratch.
+  const int64_t kv_tasks = (int64_t)g.B * g.Hkv * g.nkb;
+  const int64_t q_tasks = (int64_t)g.B * g.H * g.nqb;
+  const int threads = std::max(planned_threads(p->num_threads, kv_tasks), planned_threads(p->num_threads, q_tasks));
+  FloatBuffer scratch(per * threads);
+  if (scratch.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_bwd_cpu: cannot allocate scratch");
+  float* ws = scratch.ptr;
+  auto kv_body = [&](int64_t t, int slot) { ks.kv(a, t, ws + per * slot); };
+  auto q_body = [&](int64_t t, int slot) { ks.q(a, t, ws + per * slot); };
+  if (!parallel_for(kv_tasks, p->num_threads, kv_body) || !parallel_for(q_tasks, p->num_threads, q_body))
+    return fail(FA_ERR_INVALID, "fa_bwd_cpu: internal error in a worker task");
+  return FA_OK;
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace fa
+
+extern "C" fa_status fa_fwd_cpu(const fa_fwd_params* p) {
+  try {
+    return fa::cpu::fwd_impl(p);
+  } catch (const std::bad_alloc&) {
+    return fa::fail(FA_ERR_NO_MEMORY, "fa_fwd_cpu: out of memory");
+  } catch (...) {
+    return fa::fail(FA_ERR_INVALID, "fa_fwd_cpu: internal error");
+  }
+}
+
+extern "C" fa_status fa_bwd_cpu(const fa_bwd_params* p) {
+  try {
+    return fa::cpu::bwd_impl(p);
+  } catch (const std::bad_alloc&) {
+    return fa::fail(FA_ERR_NO_MEMORY, "fa_bwd_cpu: out of memory");
+  } catch (...) {
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cpu: internal error");
+  }
+}
+
+// Internal (not in fa_core.h): which kernel set fa_fwd_cpu / fa_bwd_cpu would use now.
+extern "C" const char* fa_internal_cpu_isa(void) { return fa::cpu::kernels().name; }
+
+#else  // FA_CPU_KERNEL_PASS
+// =============================================================================================
+// Part 2: the tile kernels, compiled once per instruction set (namespace FA_KNS, FA_KVL floats
+// per vector register).
+// =============================================================================================
+namespace fa {
+namespace cpu {
+namespace FA_KNS {
+
+constexpr int VL = FA_KVL;
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+
+static inline __attribute__((always_inline)) vf vload(const float* p) {
+  vf v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline __attribute__((always_inline)) void vstore(float* p, vf v) { memcpy(p, &v, sizeof v); }
+static inline __attribute__((always_inline)) vf vsplat(float x) { return vf{} + x; }
+// m: lanes all ones (true) or all zeros (false).
+static inline __attribute__((always_inline)) vf vselect(vi m, vf a, vf b) {
+  return (vf)((m & (vi)a) | (~m & (vi)b));
+}
+static inline vi lane_index() {
+  vi r;
+  for (int i = 0; i < VL; ++i) r[i] = i;
+  return r;
+}
+static inline float hsum(vf v) {
+  float s = 0.f;
+  for (int i = 0; i < VL; ++i) s += v[i];
+  return s;
+}
+static inline float hmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < VL; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+// 2^x, vectorised. Exact 0 for -inf (and anything below -127), NaN in gives NaN out, inputs
+// above 127 are clamped to 127; relative error ~1e-7 elsewhere, except that results below 2^-126
+// are not accurate (they are tiny non-negative values; they never matter next to a row sum >= 1).
+// x = n + f with n = round(x), |f| <= 1/2; a degree-6 polynomial gives 2^f and adding n to the
+// exponent field gives 2^n. For x = -127, f = 0 and 2^f = 1.0f exactly, so the sum of the bit
+// patterns is 0x3f800000 - (127 << 23) = 0: an exact zero.
+typedef uint32_t vu __attribute__((vector_size(VL * 4)));
+static inline __attribute__((always_inline)) vf vexp2(vf x) {
+#if FA_KAVX2
+  // max/min return their second operand when either is NaN, so NaN passes through.
+  x = _mm256_min_ps(_mm256_set1_ps(127.f), _mm256_max_ps(_mm256_set1_ps(-127.f), x));
+  const vf r = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const vi n = (vi)_mm256_cvtps_epi32(r);  // NaN -> 0x80000000, whose shifted value is 0
+#else
+  x = vselect(x < vsplat(-127.f), vsplat(-127.f), x);  // comparisons are false for NaN
+  x = vselect(x > vsplat(127.f), vsplat(127.f), x);
+  const vf t = x + 0.5f;
+  vi n = __builtin_convertvector(t, vi);          // truncates toward zero
+  n += (vi)(__builtin_convertvector(n, vf) > t);  // -1 where truncation went up: n = floor(t)
+  const vf r = __builtin_convertvector(n, vf);
+#endif
+  const vf f = x - r;
+  vf p = vsplat(1.5376931696664542e-4f);
+  p = p * f + 1.3397817965596914e-3f;
+  p = p * f + 9.618355892598629e-3f;
+  p = p * f + 5.550333857536316e-2f;
+  p = p * f + 2.4022647738456726e-1f;
+  p = p * f + 6.931471824645996e-1f;
+  p = p * f + 1.0f;
+  return (vf)((vu)p + ((vu)n << 23));
+}
+
+// ---- GEMM micro-kernel -----------------------------------------------------------------------
+// C[MR x NV*VL] (+)= A(MR x K) * B(K x NV*VL); A(i, k) = A[i*ars + k*acs] (any strides, read as
+// broadcast scalars), B row-major with leading dimension ldb, C row-major with ldc.
+template <int MR, int NV, bool ACC>
+static inline __attribute__((always_inline)) void micro(float* __restrict C, int64_t ldc,
+                                                        const float* __restrict A, int64_t ars, int64_t acs,
+                                                        const float* __restrict B, int64_t ldb, int K) {
+  vf c[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) c[i][j] = ACC ? vload(C + i * ldc + j * VL) : vf{};
+  for (int k = 0; k < K; ++k) {
+    vf b[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) b[j] = vload(B + k * ldb + j * VL);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const vf a = vsplat(A[i * ars + k * acs]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) c[i][j] += a * b[j];
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) vstore(C + i * ldc + j * VL, c[i][j]);
+}
+
+template <int NV, bool ACC>
+static void gemm_panel(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs, const float* B,
+                       int64_t ldb, int M, int K) {
+  int m = 0;
+  for (; m + 6 <= M; m += 6) micro<6, NV, ACC>(C + m * ldc, ldc, A + m * ars, ars, acs, B, ldb, K);
+  float* c = C + m * ldc;
+  const float* a = A + m * ars;
+  switch (M - m) {
+    case 5: micro<5, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
+    case 4: micro<4, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
+    case 3: micro<3, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
+    case 2: micro<2, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
+    case 1: micro<1, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
+    default: break;
+  }
+}
+
+// C[M x N] (+)= A(M x K) * B(K x N), N a multiple of VL. Each C element is one chain of fused
+// multiply-adds over k in increasing order, whatever the blocking.
+template <bool ACC>
+static void gemm(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs, const float* B, int64_t ldb,
+                 int M, int N, int K) {
+  int n = 0;
+  for (; n + 2 * VL <= N; n += 2 * VL) gemm_panel<2, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
+  for (; n < N; n += VL) gemm_panel<1, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
+}
+
+// ---- tile loads / stores -----------------------------------------------------------------------
+// Converts one row of D elements (at element offset `off` of `base`) to float.
+static inline void load_row(const void* base, int64_t off, fa_dtype dt, int D, float* __restrict dst) {
+  if (dt == FA_FLOAT32) {
+    memcpy(dst, static_cast<const float*>(base) + off, (size_t)D * sizeof(float));
+  } else if (dt == FA_FLOAT16) {
+    const uint16_t* src = static_cast<const uint16_t*>(base) + off;
+    int d = 0;
+#if FA_KAVX2
+    for (; d + 8 <= D; d += 8)
+      _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))));
+#endif
+    for (; d < D; ++d) dst[d] = f16_bits_to_f32(src[d]);
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(base) + off;
+    for (int d = 0; d < D; ++d) dst[d] = bf16_bits_to_f32(src[d]);
+  }
+}
+
+// Rounds one row of D floats into the output tensor.
+static inline void store_row(const float* __restrict src, int D, fa_dtype dt, void* base, int64_t off) {
+  if (dt == FA_FLOAT32) {
+    memcpy(static_cast<float*>(base) + off, src, (size_t)D * sizeof(float));
+  } else if (dt == FA_FLOAT16) {
+    uint16_t* dst = static_cast<uint16_t*>(base) + off;
+    int d = 0;
+#if FA_KAVX2
+    for (; d + 8 <= D; d += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(src + d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; d < D; ++d) dst[d] = f32_to_f16_bits(src[d]);
+  } else {
+    uint16_t* dst = static_cast<uint16_t*>(base) + off;
+    for (int d = 0; d < D; ++d) dst[d] = f32_to_bf16_bits(src[d]);
+  }
+}
+
+// Loads rows [n0, n0+rows) of head h of batch b into a row-major [rows][Dp] float tile; the
+// columns D..Dp-1 are zeroed.
+static void load_tile(const void* base, const fa_strides& st, fa_dtype dt, int64_t b, int64_t h, int64_t n0,
+                      int rows, int D, int Dp, float* __restrict dst) {
+  for (int r = 0; r < rows; ++r) {
+    float* row = dst + (int64_t)r * Dp;
+    load_row(base, elem_offset(st, b, n0 + r, h), dt, D, row);
+    for (int d = D; d < Dp; ++d) row[d] = 0.f;
+  }
+}
+
+// A block of rows as float: either the tensor itself (fp32 with D % 8 == 0, so a row of Dp = D
+// floats is exactly the row) or a converted copy in `buf`.
+struct RowsView {
+  const float* p;
+  int64_t ld;
+};
+
+static inline RowsView rows_view(const void* base, const fa_strides& st, const Geometry& g, int64_t b, int64_t h,
+                                 int64_t n0, int rows, float* buf) {
+  if (g.direct) return {static_cast<const float*>(base) + elem_offset(st, b, n0, h), st.row};
+  load_tile(base, st, g.dtype, b, h, n0, rows, g.D, g.Dp, buf);
+  return {buf, g.Dp};
+}
+
+// Transposed load: dst[d][r] = X[n0 + r][d] for r < rows, d < D; columns rows..cols_pad-1 are
+// zeroed. tmp holds 8 converted rows.
+static void load_tile_t(const void* base, const fa_strides& st, const Geometry& g, int64_t b, int64_t h,
+                        int64_t n0, int rows, float* __restrict dst, int ldd, int cols_pad, float* __restrict tmp) {
+  const int D = g.D;
+  for (int r0 = 0; r0 < rows; r0 += 8) {
+    const int nr = std::min(8, rows - r0);
+    const float* src[8];
+    for (int j = 0; j < nr; ++j) {
+      const int64_t off = elem_offset(st, b, n0 + r0 + j, h);
+      if (g.dtype == FA_FLOAT32) {
+        src[j] = static_cast<const float*>(base) + off;
+      } else {
+        load_row(base, off, g.dtype, D, tmp + (int64_t)j * g.Dp);
+        src[j] = tmp + (int64_t)j * g.Dp;
+      }
+    }
+    for (int d = 0; d < D; ++d) {
+      float* out = dst + (int64_t)d * ldd + r0;
+      for (int j = 0; j < nr; ++j) out[j] = src[j][d];
+    }
+  }
+  if (cols_pad > rows)
+    for (int d = 0; d < D; ++d) memset(dst + (int64_t)d * ldd + rows, 0, sizeof(float) * (cols_pad - rows));
+}
+
+// Number of the first `ncols` keys of the tile starting at key k0 that query row i may see.
+static inline int visible_cols(const Geometry& g, int64_t i, int64_t k0, int ncols) {
+  if (!g.causal) return ncols;
+  const int64_t lim = i + g.shift + 1 - k0;
+  return (int)std::max<int64_t>(0, std::min<int64_t>(lim, ncols));
+}
+
+// vis[r] = visible keys of the tile for query row i0 + r (0 for the padding rows up to bmp).
+static inline void fill_visible(const Geometry& g, int64_t i0, int rows, int64_t k0, int nc, int32_t* vis) {
+  for (int r = 0; r < g.bmp; ++r) vis[r] = r < rows ? visible_cols(g, i0 + r, k0, nc) : 0;
+}
+
+static inline vi viload(const int32_t* p) {
+  vi v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+// Online softmax on a transposed score tile st[c][r] (nc keys x bmp query rows), vectorised over
+// the query rows, R vectors of rows at a time starting at row r. On return st holds
+// P = exp2(scale_log2 * s - m_new), 0 where masked; m, l are the running max (log2 domain) and
+// sum per row, alpha the factor to rescale the row's O by. MASK: apply the per-row causal limit
+// vis (only tiles that cross the diagonal need it).
+template <bool MASK, int R>
+static inline __attribute__((always_inline)) void softmax_rows(float* __restrict st, int nc, int bmp, int r,
+                                                               const int32_t* __restrict vis, float scale_log2,
+                                                               float* __restrict m, float* __restrict l,
+                                                               float* __restrict alpha) {
+  const vf neg_inf = vsplat(-INFINITY);
+  const vf scl = vsplat(scale_log2);
+  vf mx[R];
+  if (MASK) {
+    vi vv[R];
+    for (int j = 0; j < R; ++j) {
+      vv[j] = viload(vis + r + j * VL);
+      mx[j] = neg_inf;
+    }
+    for (int c = 0; c < nc; ++c) {
+      float* p = st + (int64_t)c * bmp + r;
+      for (int j = 0; j < R; ++j) {
+        const vf x = vselect((vi{} + c) < vv[j], vload(p + j * VL) * scl, neg_inf);
+        vstore(p + j * VL, x);
+        mx[j] = vselect(x > mx[j], x, mx[j]);
+      }
+    }
+  } else if (scale_log2 >= 0.f) {  // rounding is monotonic: max(s * scl) = max(s) * scl
+    for (int j = 0; j < R; ++j) mx[j] = neg_inf;
+    for (int c = 0; c < nc; ++c) {
+      const float* p = st + (int64_t)c * bmp + r;
+      for (int j = 0; j < R; ++j) {
+        const vf x = vload(p + j * VL);
+        mx[j] = vselect(x > mx[j], x, mx[j]);
+      }
+    }
+    for (int j = 0; j < R; ++j) mx[j] = mx[j] * scl;
+  } else {  // negative (or NaN) scale: the smallest raw score gives the largest scaled one
+    for (int j = 0; j < R; ++j) mx[j] = vsplat(INFINITY);
+    for (int c = 0; c < nc; ++c) {
+      const float* p = st + (int64_t)c * bmp + r;
+      for (int j = 0; j < R; ++j) {
+        const vf x = vload(p + j * VL);
+        mx[j] = vselect(x < mx[j], x, mx[j]);
+      }
+    }
+    for (int j = 0; j < R; ++j) mx[j] = mx[j] * scl;
+  }
+  vf m_use[R], sum[R];
+  for (int j = 0; j < R; ++j) {
+    const vf m_old = vload(m + r + j * VL);
+    const vf m_new = vselect(mx[j] > m_old, mx[j], m_old);
+    m_use[j] = vselect(m_new == neg_inf, vf{}, m_new);  // rows that saw nothing yet: 0
+    vstore(alpha + r + j * VL, vexp2(m_old - m_use[j]));  // 0 while m_old is -inf
+    vstore(m + r + j * VL, m_new);
+    sum[j] = vf{};
+  }
+  for (int c = 0; c < nc; ++c) {
+    float* p = st + (int64_t)c * bmp + r;
+    for (int j = 0; j < R; ++j) {
+      const vf e = MASK ? vexp2(vload(p + j * VL) - m_use[j]) : vexp2(vload(p + j * VL) * scl - m_use[j]);
+      vstore(p + j * VL, e);
+      sum[j] += e;
+    }
+  }
+  for (int j = 0; j < R; ++j)
+    vstore(l + r + j * VL, vload(l + r + j * VL) * vload(alpha + r + j * VL) + sum[j]);
+}
+
+template <bool MASK>
+static void softmax_cols(float* __restrict st, int nc, int bmp, const int32_t* __restrict vis, float scale_log2,
+                         float* __restrict m, float* __restrict l, float* __restrict alpha) {
+  int r = 0;
+  for (; r + 2 * VL <= bmp; r += 2 * VL) softmax_rows<MASK, 2>(st, nc, bmp, r, vis, scale_log2, m, l, alpha);
+  for (; r < bmp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vis, scale_log2, m, l, alpha);
+}
+
+// Forward task: one block of query rows of one head. Scores are computed transposed,
+// S^T = K Q^T, so that Q is transposed once per task and K / V tiles are used as loaded.
+void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
+  const Geometry& g = a.g;
+  const Scratch sc(g);
+  float* __restrict qt = ws + sc.qt;
+  float* __restrict acc = ws + sc.acc;
+  float* __restrict st = ws + sc.s;
+  float* __restrict mrow = ws + sc.m;
+  float* __restrict lrow = ws + sc.l;
+  float* __restrict alpha = ws + sc.alpha;
+  int32_t* vis = reinterpret_cast<int32_t*>(ws + sc.vis);
+
+  const int64_t per_b = (int64_t)g.H * g.nqb;
+  const int64_t b = task / per_b;
+  const int64_t h = (task % per_b) / g.nqb;
+  const int qb = g.nqb - 1 - (int)(task % g.nqb);  // heavy (causal) blocks first
+  const int64_t i0 = (int64_t)qb * g.bm;
+  const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
+  const int64_t hk = h / g.group;
+  float* lse = a.lse + (b * g.H + h) * g.Nq + i0;
+  const int Dp = g.Dp, D = g.D, bmp = g.bmp;
+
+  int64_t kend = g.Nk;  // keys at or beyond kend are masked for every row of this block
+  if (g.causal) kend = std::min<int64_t>(g.Nk, i0 + rows + g.shift);
+
+  for (int r = 0; r < bmp; ++r) {
+    mrow[r] = -INFINITY;
+    lrow[r] = 0.f;
+  }
+  memset(acc, 0, sizeof(float) * (size_t)rows * Dp);
+  if (kend > 0) {
+    load_tile_t(a.q, a.qs, g, b, h, i0, rows, qt, bmp, bmp, ws + sc.tmp);
+    for (int64_t k0 = 0; k0 < kend; k0 += g.bn) {
+      const int nc = (int)std::min<int64_t>(g.bn, kend - k0);
+      const RowsView K = rows_view(a.k, a.ks, g, b, hk, k0, nc, ws + sc.kr);
+      const RowsView V = rows_view(a.v, a.vs, g, b, hk, k0, nc, ws + sc.vr);
+      gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, bmp, D);  // S^T = K Q^T
+      if (visible_cols(g, i0, k0, nc) < nc) {  // the tile crosses the causal diagonal
+        fill_visible(g, i0, rows, k0, nc, vis);
+        softmax_cols<true>(st, nc, bmp, vis, g.scale_log2, mrow, lrow, alpha);
+      } else {
+        softmax_cols<false>(st, nc, bmp, vis, g.scale_log2, mrow, lrow, alpha);
+      }
+      for (int r = 0; r < rows; ++r) {
+        if (alpha[r] == 1.f) continue;
+        float* o = acc + (int64_t)r * Dp;
+        const vf va = vsplat(alpha[r]);
+        for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * va);
+      }
+      gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);  // O += P V
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* o = acc + (int64_t)r * Dp;
+    const bool sees_nothing = kend <= 0 || (g.causal && i0 + r + g.shift < 0);
+    if (sees_nothing) {
+      memset(o, 0, sizeof(float) * Dp);
+      lse[r] = INFINITY;
+    } else {
+      const vf inv = vsplat(1.f / lrow[r]);
+      for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * inv);
+      lse[r] = mrow[r] * kLn2 + logf(lrow[r]);
+    }
+    store_row(o, D, g.dtype, a.o, elem_offset(a.os, b, i0 + r, h));
+  }
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+// Pass 0: dvec[b, h, i] = sum_d dO[i, d] * O[i, d] for a chunk of rows.
+void bwd_dot_task(const BwdArgs& a, int64_t task) {
+  const Geometry& g = a.g;
+  const int64_t chunks = (g.Nq + kDotRowsPerTask - 1) / kDotRowsPerTask;
+  const int64_t bh = task / chunks;
+  const int64_t b = bh / g.H, h = bh % g.H;
+  const int64_t r0 = (task % chunks) * kDotRowsPerTask;
+  const int64_t r1 = std::min<int64_t>(g.Nq, r0 + kDotRowsPerTask);
+  alignas(64) float x[256], y[256];
+  const int Dp = g.Dp;
+  for (int64_t r = r0; r < r1; ++r) {
+    load_row(a.dout, elem_offset(a.dos, b, r, h), g.dtype, g.D, x);
+    load_row(a.o, elem_offset(a.os, b, r, h), g.dtype, g.D, y);
+    for (int d = g.D; d < Dp; ++d) x[d] = y[d] = 0.f;
+    vf s = vf{};
+    for (int d = 0; d < Dp; d += VL) s += vload(x + d) * vload(y + d);
+    a.dvec[bh * g.Nq + r] = hsum(s);
+  }
+}
+
+// Per-row values of a query block: lse * log2(e) (+inf for padding rows, so their P is 0) and
+// dvec (0 for padding rows).
+static inline void load_row_stats(const BwdArgs& a, int64_t b, int64_t h, int64_t i0, int rows, int padded,
+                                  float* lse2, float* dvec) {
+  const Geometry& g = a.g;
+  const float* l = a.lse + (b * g.H + h) * g.Nq + i0;
+  const float* dv = a.dvec + (b * g.H + h) * g.Nq + i0;
+  for (int r = 0; r < rows; ++r) {
+    lse2[r] = l[r] == INFINITY ? INFINITY : l[r] * kLog2e;
+    dvec[r] = dv[r];
+  }
+  for (int r = rows; r < padded; ++r) {
+    lse2[r] = INFINITY;
+    dvec[r] = 0.f;
+  }
+}
+
+// Pass 1 helpers, score tile in row form s[r][c]: P = exp2(scale_log2 * s - lse2), 0 where
+// masked (columns >= vis) or for a row without keys (lse2 = +inf gives exp2(-inf) = 0).
+// When the whole row is visible (vis == nc) the padding columns nc..np-1 get arbitrary finite
+// values, which is fine: only the first nc columns of P and dS are ever used.
+static inline void p_row(float* __restrict s, int np, int nc, int vis, float scale_log2, float lse2) {
+  const vf neg_inf = vsplat(-INFINITY);
+  const vf scl = vsplat(scale_log2);
+  const vf ml = vsplat(lse2);
+  if (vis >= nc) {
+    for (int c = 0; c < np; c += VL) vstore(s + c, vexp2(vload(s + c) * scl - ml));
+    return;
+  }
+  const vi lanes = lane_index();
+  for (int c = 0; c < np; c += VL) {
+    const vf x = vselect((lanes + c) < vis, vload(s + c) * scl - ml, neg_inf);
+    vstore(s + c, vexp2(x));
+  }
+}
+
+// dS = P * (dP - dvec) for one row, in place in dp.
+static inline void ds_row(const float* __restrict p, float* __restrict dp, int np, float dvec) {
+  const vf dv = vsplat(dvec);
+  for (int c = 0; c < np; c += VL) vstore(dp + c, vload(p + c) * (vload(dp + c) - dv));
+}
+
+// dK, dV for one key block of one kv head (all query heads of its group, all query blocks, in a
+// fixed order). K and V are transposed once; S = Q K^T in row form. With dq_part (fused scheme)
+// it also adds dS K into dq_part[group head][query row][Dp].
+static void kv_block(const BwdArgs& a, int64_t b, int64_t hk, int64_t k0, float* ws, float* dq_part) {
+  const Geometry& g = a.g;
+  const Scratch sc(g);
+  float* __restrict kt = ws + sc.kt;
+  float* __restrict vt = ws + sc.vt;
+  float* __restrict dk = ws + sc.dk;
+  float* __restrict dv = ws + sc.dv;
+  float* __restrict st = ws + sc.s;
+  float* __restrict dp = ws + sc.dp;
+  float* __restrict lse2 = ws + sc.lse2;
+  float* __restrict dvec = ws + sc.dvec;
+
+  const int nc = (int)std::min<int64_t>(g.bn, g.Nk - k0);
+  const int np = round_up(nc, 8);
+  const int D = g.D, Dp = g.Dp, bnp = g.bnp;
+
+  memset(dk, 0, sizeof(float) * (size_t)nc * Dp);
+  memset(dv, 0, sizeof(float) * (size_t)nc * Dp);
+  // First query row that sees key k0 (causal: k0 <= i + shift).
+  const int64_t qfirst = g.causal ? std::max<int64_t>(0, k0 - g.shift) : 0;
+  if (qfirst < g.Nq) {
+    load_tile_t(a.k, a.ks, g, b, hk, k0, nc, kt, bnp, np, ws + sc.tmp);
+    load_tile_t(a.v, a.vs, g, b, hk, k0, nc, vt, bnp, np, ws + sc.tmp);
+    RowsView K = {nullptr, 0};
+    if (dq_part) K = rows_view(a.k, a.ks, g, b, hk, k0, nc, ws + sc.kr);
+    for (int64_t h = hk * g.group; h < (hk + 1) * g.group; ++h) {
+      for (int64_t i0 = qfirst / g.bm * g.bm; i0 < g.Nq; i0 += g.bm) {
+        const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
+        const RowsView Q = rows_view(a.q, a.qs, g, b, h, i0, rows, ws + sc.qr);
+        const RowsView dO = rows_view(a.dout, a.dos, g, b, h, i0, rows, ws + sc.dor);
+        load_row_stats(a, b, h, i0, rows, rows, lse2, dvec);
+        gemm<false>(st, bnp, Q.p, Q.ld, 1, kt, bnp, rows, np, D);  // S = Q K^T
+        for (int r = 0; r < rows; ++r)
+          p_row(st + (int64_t)r * bnp, np, nc, visible_cols(g, i0 + r, k0, nc), g.scale_log2, lse2[r]);
+        gemm<true>(dv, Dp, st, 1, bnp, dO.p, dO.ld, nc, Dp, rows);   // dV += P^T dO
+        gemm<false>(dp, bnp, dO.p, dO.ld, 1, vt, bnp, rows, np, D);  // dP = dO V^T
+        for (int r = 0; r < rows; ++r) ds_row(st + (int64_t)r * bnp, dp + (int64_t)r * bnp, np, dvec[r]);
+        gemm<true>(dk, Dp, dp, 1, bnp, Q.p, Q.ld, nc, Dp, rows);  // dK += dS^T Q
+        if (dq_part) {
+          float* dq = dq_part + ((h - hk * g.group) * g.Nq + i0) * Dp;
+          gemm<true>(dq, Dp, dp, bnp, 1, K.p, K.ld, rows, Dp, nc);  // dQ += dS K
+        }
+      }
+    }
+  }
+  const vf scl = vsplat(g.scale);
+  for (int c = 0; c < nc; ++c) {
+    float* row = dk + (int64_t)c * Dp;
+    for (int d = 0; d < Dp; d += VL) vstore(row + d, vload(row + d) * scl);
+    store_row(row, D, g.dtype, a.dk, elem_offset(a.dks, b, k0 + c, hk));
+    store_row(dv + (int64_t)c * Dp, D, g.dtype, a.dv, elem_offset(a.dvs, b, k0 + c, hk));
+  }
+}
+
+// Two-pass scheme, pass 1: one key block of one kv head.
+void bwd_kv_task(const BwdArgs& a, int64_t task, float* ws) {
+  const Geometry& g = a.g;
+  const int64_t per_b = (int64_t)g.Hkv * g.nkb;
+  const int64_t b = task / per_b;
+  const int64_t hk = (task % per_b) / g.nkb;
+  kv_block(a, b, hk, (task % g.nkb) * (int64_t)g.bn, ws, nullptr);
+}
+
+// Fused scheme: the key blocks of one key group of one (batch, kv head) unit of the slab, with
+// the dQ partial sums of that key group.
+void bwd_fused_task(const BwdArgs& a, int64_t task, float* ws) {
+  const Geometry& g = a.g;
+  const int64_t kgroup = task / a.slab_n;  // key groups outermost: heavy (causal) groups first
+  const int64_t s = task % a.slab_n;
+  const int64_t u = a.slab_u0 + s;
+  const int64_t b = u / g.Hkv, hk = u % g.Hkv;
+  const int64_t unit_floats = (int64_t)g.group * g.Nq * g.Dp;
+  float* part = a.dq_part + (s * a.n_groups + kgroup) * unit_floats;
+  memset(part, 0, sizeof(float) * (size_t)unit_floats);
+  const int64_t kb1 = std::min<int64_t>(g.nkb, (kgroup + 1) * a.group_blocks);
+  for (int64_t kb = kgroup * a.group_blocks; kb < kb1; ++kb) kv_block(a, b, hk, kb * g.bn, ws, part);
+}
+
+// Fused scheme: dQ = scale * (sum of the key groups' partials, in key-group order) for one query
+// block of one query head.
+void bwd_reduce_task(const BwdArgs& a, int64_t task) {
+  const Geometry& g = a.g;
+  const int64_t per_s = (int64_t)g.group * g.nqb;
+  const int64_t s = task / per_s;
+  const int64_t hh = (task % per_s) / g.nqb;
+  const int64_t i0 = (task % g.nqb) * (int64_t)g.bm;
+  const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
+  const int64_t u = a.slab_u0 + s;
+  const int64_t b = u / g.Hkv, h = (u % g.Hkv) * g.group + hh;
+  const int Dp = g.Dp;
+  const int64_t unit_floats = (int64_t)g.group * g.Nq * Dp;
+  float* base = a.dq_part + s * a.n_groups * unit_floats + (hh * g.Nq + i0) * Dp;
+  const int64_t n = (int64_t)rows * Dp;
+  for (int G = 1; G < a.n_groups; ++G) {
+    const float* add = base + G * unit_floats;
+    for (int64_t i = 0; i < n; i += VL) vstore(base + i, vload(base + i) + vload(add + i));
+  }
+  const vf scl = vsplat(g.scale);
+  for (int r = 0; r < rows; ++r) {
+    float* row = base + (int64_t)r * Dp;
+    for (int d = 0; d < Dp; d += VL) vstore(row + d, vload(row + d) * scl);
+    store_row(row, g.D, g.dtype, a.dq, elem_offset(a.dqs, b, i0 + r, h));
+  }
+}
+
+// Pass 2 helper on transposed tiles st[c][r], dpt[c][r]: P = exp2(scale_log2 * s - lse2) (0
+// where masked), then dS = P * (dP - dvec) into dpt. Vectorised over query rows.
+// MASK: apply the causal limit vis (padding rows need no mask: their lse2 is +inf).
+template <bool MASK>
+static inline void ds_cols(const float* __restrict st, float* __restrict dpt, int nc, int bmp,
+                           const int32_t* __restrict vis, float scale_log2, const float* __restrict lse2,
+                           const float* __restrict dvec) {
+  const vf neg_inf = vsplat(-INFINITY);
+  const vf scl = vsplat(scale_log2);
+  for (int r = 0; r < bmp; r += VL) {
+    const vi vv = MASK ? viload(vis + r) : vi{};
+    const vf ml = vload(lse2 + r);
+    const vf dv = vload(dvec + r);
+    for (int c = 0; c < nc; ++c) {
+      const int64_t at = (int64_t)c * bmp + r;
+      vf x = vload(st + at) * scl - ml;
+      if (MASK) x = vselect((vi{} + c) < vv, x, neg_inf);
+      vstore(dpt + at, vexp2(x) * (vload(dpt + at) - dv));
+    }
+  }
+}
+
+// Pass 2: dQ for one query block of one head, on transposed tiles (S^T = K Q^T, dP^T = V dO^T)
+// so that Q and dO are transposed once per task and K / V are used as loaded.
+void bwd_q_task(const BwdArgs& a, int64_t task, float* ws) {
+  const Geometry& g = a.g;
+  const Scratch sc(g);
+  float* __restrict qt = ws + sc.qt;
+  float* __restrict dot = ws + sc.dot;
+  float* __restrict acc = ws + sc.acc;
+  float* __restrict st = ws + sc.s;
+  float* __restrict dp = ws + sc.dp;
+  float* __restrict lse2 = ws + sc.lse2;
+  float* __restrict dvec = ws + sc.dvec;
+  int32_t* vis = reinterpret_cast<int32_t*>(ws + sc.vis);
+
+  const int64_t per_b = (int64_t)g.H * g.nqb;
+  const int64_t b = task / per_b;
+  const int64_t h = (task % per_b) / g.nqb;
+  const int qb = g.nqb - 1 - (int)(task % g.nqb);
+  const int64_t i0 = (int64_t)qb * g.bm;
+  const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
+  const int64_t hk = h / g.group;
+  const int D = g.D, Dp = g.Dp, bmp = g.bmp;
+
+  int64_t kend = g.Nk;
+  if (g.causal) kend = std::min<int64_t>(g.Nk, i0 + rows + g.shift);
+  memset(acc, 0, sizeof(float) * (size_t)rows * Dp);
+  if (kend > 0) {
+    load_tile_t(a.q, a.qs, g, b, h, i0, rows, qt, bmp, bmp, ws + sc.tmp);
+    load_tile_t(a.dout, a.dos, g, b, h, i0, rows, dot, bmp, bmp, ws + sc.tmp);
+    load_row_stats(a, b, h, i0, rows, bmp, lse2, dvec);
+    for (int64_t k0 = 0; k0 < kend; k0 += g.bn) {
+      const int nc = (int)std::min<int64_t>(g.bn, kend - k0);
+      const RowsView K = rows_view(a.k, a.ks, g, b, hk, k0, nc, ws + sc.kr);
+      const RowsView V = rows_view(a.v, a.vs, g, b, hk, k0, nc, ws + sc.vr);
+      gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, bmp, D);   // S^T = K Q^T
+      gemm<false>(dp, bmp, V.p, V.ld, 1, dot, bmp, nc, bmp, D);  // dP^T = V dO^T
+      if (visible_cols(g, i0, k0, nc) < nc) {
+        fill_visible(g, i0, rows, k0, nc, vis);
+        ds_cols<true>(st, dp, nc, bmp, vis, g.scale_log2, lse2, dvec);
+      } else {
+        ds_cols<false>(st, dp, nc, bmp, vis, g.scale_log2, lse2, dvec);
+      }
+      gemm<true>(acc, Dp, dp, 1, bmp, K.p, K.ld, rows, Dp, nc);  // dQ += dS K
+    }
+  }
+  const vf scl = vsplat(g.scale);
+  for (int r = 0; r < rows; ++r) {
+    float* row = acc + (int64_t)r * Dp;
+    for (int d = 0; d < Dp; d += VL) vstore(row + d, vload(row + d) * scl);
+    store_row(row, D, g.dtype, a.dq, elem_offset(a.dqs, b, i0 + r, h));
+  }
+}
+
+}  // namespace FA_KNS
+}  // namespace cpu
+}  // namespace fa
+#endif  // FA_CPU_KERNEL_PASS

@@ -1,0 +1,95 @@
+// CUDA forward (out and lse) against the float64 reference: 330 random shapes across float16,
+// bfloat16 and the float32 path, head dims that are multiples of 8 up to 256 (40, 80, 160
+// included), causal, GQA/MQA, odd lengths up to 1000, Nq != Nk, both layouts. Inputs are uploaded
+// with `await t.to('cuda')`, outputs must live on 'cuda:0' and are downloaded with toFloat32Array.
+// Same accuracy rules as the CPU suites (test/helpers/harness.ts): float32 path relative L2 <= 1e-5,
+// float16/bfloat16 by the 2x-naive rule. Skipped (visibly) without a CUDA device; fails under
+// FA_REQUIRE_GPU=1 when there is none.
+import { expect, it } from 'vitest';
+import { flashAttention } from '../../lib/index';
+import { AttnCase, caseName, checkForwardCase, randomCases } from '../helpers/harness';
+import { Rng, bytesEqual, describeGpu, disposeAll, randomTensor, rawBytes } from '../helpers/reference';
+import { GPU_BIG_NS, GPU_DS, GPU_NS } from './shapes';
+
+
+function c(p: Partial<AttnCase> & Pick<AttnCase, 'Nq' | 'Nk' | 'D' | 'dtype'>, seed: number): AttnCase {
+  return { B: 1, H: 1, Hkv: 1, causal: false, layout: 'bshd', seed, ...p };
+}
+
+const HANDPICKED: AttnCase[] = [];
+{
+  let seed = 50000;
+  for (const dtype of ['float16', 'bfloat16', 'float32'] as const) {
+    for (const D of [40, 80, 160, 8, 256]) {
+      HANDPICKED.push(c({ Nq: 129, Nk: 127, D, dtype, H: 4, Hkv: 2, causal: true }, seed++));
+    }
+    HANDPICKED.push(c({ Nq: 1000, Nk: 1000, D: 64, dtype, H: 2, Hkv: 1, causal: true }, seed++));
+    HANDPICKED.push(c({ Nq: 1, Nk: 1000, D: 128, dtype, H: 8, Hkv: 2 }, seed++)); // decode
+    HANDPICKED.push(c({ Nq: 1000, Nk: 7, D: 64, dtype, causal: true, layout: 'bhsd' }, seed++)); // 993 rows see no key
+    HANDPICKED.push(c({ Nq: 7, Nk: 1000, D: 96, dtype, causal: true }, seed++));
+    HANDPICKED.push(c({ Nq: 1, Nk: 1, D: 32, dtype }, seed++));
+    HANDPICKED.push(c({ Nq: 64, Nk: 64, D: 128, dtype, B: 4, H: 16, Hkv: 4, layout: 'bhsd' }, seed++));
+    HANDPICKED.push(c({ Nq: 257, Nk: 257, D: 256, dtype, H: 2, Hkv: 1, causal: true }, seed++)); // MQA
+    HANDPICKED.push(c({ Nq: 129, Nk: 65, D: 72, dtype, scale: 0.02 }, seed++));
+    HANDPICKED.push(c({ Nq: 100, Nk: 100, D: 64, dtype, scale: 0.5 }, seed++));
+  }
+}
+
+const RANDOM = randomCases({
+  seed: 3003,
+  count: 330,
+  Ns: GPU_NS,
+  Ds: GPU_DS,
+  budget: 8e6,
+  bigEvery: 15,
+  bigNs: GPU_BIG_NS,
+  bigBudget: 6e7,
+  heads: [1, 1, 2, 4, 8],
+  groups: [1, 1, 2, 4, 8],
+  batches: [1, 1, 2, 3, 4],
+});
+
+describeGpu('CUDA forward: handpicked shapes vs float64', () => {
+  for (const tc of HANDPICKED) it(caseName(tc), () => checkForwardCase(tc, 'cuda'));
+});
+
+describeGpu('CUDA forward: 330 random shapes vs float64', () => {
+  it('the random set covers the required features', () => {
+    const has = (f: (x: AttnCase) => boolean) => RANDOM.some(f);
+    expect(RANDOM.length).toBeGreaterThanOrEqual(300);
+    for (const dt of ['float32', 'float16', 'bfloat16']) expect(has((x) => x.dtype === dt)).toBe(true);
+    for (const D of [40, 80, 160, 256]) expect(has((x) => x.D === D), `head dim ${D}`).toBe(true);
+    expect(has((x) => x.layout === 'bhsd') && has((x) => x.layout === 'bshd')).toBe(true);
+    expect(has((x) => x.causal && x.Nq > x.Nk) && has((x) => x.causal && x.Nq < x.Nk)).toBe(true);
+    expect(has((x) => x.Hkv === 1 && x.H > 1) && has((x) => x.Hkv > 1 && x.H > x.Hkv)).toBe(true);
+    for (const N of [1, 7, 127, 129, 1000]) expect(has((x) => x.Nq === N || x.Nk === N), `length ${N}`).toBe(true);
+  });
+  for (const tc of RANDOM) it(caseName(tc), () => checkForwardCase(tc, 'cuda'));
+});
+
+describeGpu('CUDA forward: repeatability', () => {
+  for (const dtype of ['float16', 'bfloat16', 'float32'] as const) {
+    it(`${dtype}: repeated runs give bit-identical out and lse`, async () => {
+      const rng = new Rng(606);
+      const host = [
+        randomTensor(rng, [2, 333, 8, 128], dtype),
+        randomTensor(rng, [2, 333, 2, 128], dtype),
+        randomTensor(rng, [2, 333, 2, 128], dtype),
+      ];
+      const [q, k, v] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
+      host.forEach((h) => h.tensor.dispose());
+      const runs: Uint8Array[][] = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await flashAttention(q, k, v, { causal: true });
+        runs.push([await rawBytes(r.out), await rawBytes(r.lse)]);
+        disposeAll(r.out, r.lse);
+      }
+      for (const r of runs.slice(1)) {
+        expect(bytesEqual(r[0], runs[0][0])).toBe(true);
+        expect(bytesEqual(r[1], runs[0][1])).toBe(true);
+      }
+      disposeAll(q, k, v);
+    });
+  }
+});
+
