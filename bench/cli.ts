@@ -5,12 +5,12 @@
 //
 //   npm run bench -- [--dtype fp16,bf16] [--hdim 64,128,256] [--causal both|on|off]
 //                    [--seqlen 512,1024,...] [--dir fwd,bwd] [--compare torch] [--reps 30]
-//                    [--warmup 5] [--out bench/out] [--fp32] [--overhead] [--quick]
+//                    [--warmup 5] [--out bench/out] [--fp32] [--overhead] [--quick] [--deterministic]
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { benchmarkForward } from '../lib/attention';
+import { benchmarkBackward, benchmarkForward } from '../lib/attention';
 import { attentionFlops, buildInfo, devices, flashAttention, Tensor, type DType } from '../lib/index';
 
 interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean }
@@ -67,21 +67,32 @@ function randn(n: number, seed: number): Float32Array {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const key = (c: Case) => `${c.dtype} D${c.D} ${c.causal ? 'causal' : 'full'} N${c.N}`;
 
-async function timeOurs(c: Case, pool: Map<number, Float32Array>, warmup: number, reps: number): Promise<number> {
+async function timeOurs(c: Case, dirs: string[], pool: Map<number, Float32Array>, warmup: number, reps: number,
+  deterministic = false): Promise<{ fwd?: number; bwd?: number }> {
   const get = (n: number, seed: number) => {
     const k = n * 10 + seed;
     if (!pool.has(k)) pool.set(k, randn(n, seed));
     return pool.get(k)!;
   };
   const qn = c.B * c.N * c.H * c.D, kn = c.B * c.N * c.Hkv * c.D;
-  const host = [get(qn, 1), get(kn, 2), get(kn, 3)].map((a, i) =>
-    Tensor.from(a, [c.B, c.N, i === 0 ? c.H : c.Hkv, c.D], { dtype: c.dtype }));
-  const [q, k, v] = await Promise.all(host.map((t) => t.to('cuda')));
+  const host = [get(qn, 1), get(kn, 2), get(kn, 3), get(qn, 4)].map((a, i) =>
+    Tensor.from(a, [c.B, c.N, i === 1 || i === 2 ? c.Hkv : c.H, c.D], { dtype: c.dtype }));
+  const [q, k, v, dout] = await Promise.all(host.map((t) => t.to('cuda')));
   host.forEach((t) => t.dispose());
+  const r: { fwd?: number; bwd?: number } = {};
   try {
-    return median(await benchmarkForward(q, k, v, { causal: c.causal }, warmup, reps));
+    if (dirs.includes('fwd')) r.fwd = median(await benchmarkForward(q, k, v, { causal: c.causal }, warmup, reps));
+    if (dirs.includes('bwd')) {
+      const { out, lse } = await flashAttention(q, k, v, { causal: c.causal });
+      try {
+        r.bwd = median(await benchmarkBackward(dout, q, k, v, out, lse, { causal: c.causal, deterministic }, warmup, reps));
+      } finally {
+        out.dispose(); lse.dispose();
+      }
+    }
+    return r;
   } finally {
-    [q, k, v].forEach((t) => t.dispose());
+    [q, k, v, dout].forEach((t) => t.dispose());
   }
 }
 
@@ -167,9 +178,17 @@ async function main() {
   let done = 0;
   for (const c of cases) {
     process.stderr.write(`\rbench: ${++done}/${cases.length} ${key(c)}        `);
-    if (dirs.includes('fwd')) {
-      const ms = await timeOurs(c, pool, warmup, reps);
-      rows.push({ case: c, dir: 'fwd', impl: 'ours', ms, tflops: attentionFlops(c.B, c.H, c.N, c.N, c.D, c.causal) / ms / 1e9 });
+    const f = attentionFlops(c.B, c.H, c.N, c.N, c.D, c.causal);
+    try {
+      const t = await timeOurs(c, dirs, pool, warmup, reps);
+      if (t.fwd !== undefined) rows.push({ case: c, dir: 'fwd', impl: 'ours', ms: t.fwd, tflops: f / t.fwd / 1e9 });
+      if (t.bwd !== undefined) rows.push({ case: c, dir: 'bwd', impl: 'ours', ms: t.bwd, tflops: 2.5 * f / t.bwd / 1e9 });
+      if (args.deterministic && dirs.includes('bwd')) {
+        const d = await timeOurs(c, ['bwd'], pool, warmup, reps, true);
+        rows.push({ case: c, dir: 'bwd', impl: 'ours deterministic', ms: d.bwd!, tflops: 2.5 * f / d.bwd! / 1e9 });
+      }
+    } catch (e) {
+      console.error(`\nbench: ${key(c)}: ${(e as Error).message}`);
     }
   }
   process.stderr.write('\n');

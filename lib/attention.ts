@@ -249,6 +249,19 @@ export async function benchmarkForward(q: Tensor, k: Tensor, v: Tensor, options:
   return Array.from(ms);
 }
 
+/** Benchmark hook for the CUDA backward (all its kernels per launch), like benchmarkForward. */
+export async function benchmarkBackward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+  options: BackwardOptions | undefined, warmup: number, reps: number): Promise<number[]> {
+  const fn = 'benchmarkBackward';
+  const opts = checkOptions(fn, options, BWD_OPTIONS);
+  const p = checkProblem(fn, q, k, v, opts);
+  if (p.device < 0) throw new TypeError(`${fn}: q must be a CUDA tensor, got device '${q.device}'`);
+  const det = checkBoolean(fn, 'options.deterministic', opts.deterministic, false);
+  const ms = await native.cudaBenchBackward(deviceBuf(dout, fn, 'dout'), deviceBuf(q, fn, 'q'), deviceBuf(k, fn, 'k'),
+    deviceBuf(v, fn, 'v'), deviceBuf(out, fn, 'out'), deviceBuf(lse, fn, 'lse'), dims(p, det), p.scale, warmup, reps);
+  return Array.from(ms);
+}
+
 /** FLOPs of one forward the flash-attn way: 4*B*H*Nq*Nk*D, halved when causal. */
 export function attentionFlops(B: number, H: number, Nq: number, Nk: number, D: number, causal: boolean): number {
   return (4 * B * H * Nq * Nk * D) / (causal ? 2 : 1);

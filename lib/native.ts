@@ -33,6 +33,9 @@ export interface NativeBinding {
     scale: number): Promise<[NativeDeviceBuffer, NativeDeviceBuffer]>;
   cudaBenchForward(q: NativeDeviceBuffer, k: NativeDeviceBuffer, v: NativeDeviceBuffer, dims: Dims,
     scale: number, warmup: number, reps: number): Promise<Float64Array>;
+  cudaBenchBackward(dout: NativeDeviceBuffer, q: NativeDeviceBuffer, k: NativeDeviceBuffer,
+    v: NativeDeviceBuffer, out: NativeDeviceBuffer, lse: NativeDeviceBuffer, dims: Dims, scale: number,
+    warmup: number, reps: number): Promise<Float64Array>;
   cudaBackward(dout: NativeDeviceBuffer, q: NativeDeviceBuffer, k: NativeDeviceBuffer,
     v: NativeDeviceBuffer, out: NativeDeviceBuffer, lse: NativeDeviceBuffer, dims: Dims, scale: number,
     wantD: boolean): Promise<NativeDeviceBuffer[]>;

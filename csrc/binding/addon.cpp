@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "binding/device_buffer.h"
@@ -509,7 +510,8 @@ class BackwardJob : public GpuJob {
   }
 };
 
-Napi::Value CudaBackward(const Napi::CallbackInfo& info) {
+template <class JobT>
+Napi::Value PostBackward(const Napi::CallbackInfo& info, const char* fn, bool bench) {
   Napi::Env env = info.Env();
   Dims d = ParseDims(info[6], info[7]);
   static const char* names[6] = {"dout", "q", "k", "v", "out", "lse"};
@@ -519,19 +521,23 @@ Napi::Value CudaBackward(const Napi::CallbackInfo& info) {
     if (!b[i]) return env.Undefined();
   }
   size_t es = ElemSize(d.dtype);
-  auto job = std::make_unique<BackwardJob>(env, "flashAttentionBackward");
+  auto job = std::make_unique<JobT>(env, fn);
   for (int i = 0; i < 6; i++) { job->in[i] = b[i]->allocation(); job->Keep(info[i]); }
   fa_bwd_params& p = job->p;
   p.do_str = p.q_str = p.o_str = p.dq_str = QStrides(d);
   p.k_str = p.v_str = p.dk_str = p.dv_str = KStrides(d);
   p.batch = d.B; p.seqlen_q = d.Nq; p.seqlen_k = d.Nk; p.heads = d.H; p.heads_k = d.Hkv; p.head_dim = d.D;
   p.scale = d.scale; p.causal = d.causal; p.dtype = d.dtype; p.deterministic = d.deterministic;
-  job->want_d = info[8].ToBoolean().Value();
+  job->want_d = !bench && info[8].ToBoolean().Value();
   DeviceQueue* q = b[1]->queue();
   job->Output(env, q, size_t(d.B) * d.Nq * d.H * d.D * es);
   job->Output(env, q, size_t(d.B) * d.Nk * d.Hkv * d.D * es);
   job->Output(env, q, size_t(d.B) * d.Nk * d.Hkv * d.D * es);
   if (job->want_d) job->Output(env, q, size_t(d.B) * d.H * d.Nq * 4);
+  if constexpr (!std::is_same_v<JobT, BackwardJob>) {
+    job->warmup = info[8].As<Napi::Number>().Int32Value();
+    job->reps = std::max(1, info[9].As<Napi::Number>().Int32Value());
+  }
   Napi::Promise p2 = job->Promise();
   q->Post(env, std::move(job));
   return p2;
@@ -539,18 +545,21 @@ Napi::Value CudaBackward(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
-// cudaBenchForward(q, k, v, dims, scale, warmup, reps): Promise<Float64Array> of per-launch
-// milliseconds, each measured with CUDA events around one kernel launch on the device's stream.
-class BenchJob : public ForwardJob {
+// Benchmark hooks: cudaBenchForward(q, k, v, dims, scale, warmup, reps) and
+// cudaBenchBackward(dout, q, k, v, out, lse, dims, scale, warmup, reps) resolve with a Float64Array
+// of per-launch milliseconds, each measured with CUDA events around one call of the core entry point
+// (all its kernels) on the device's stream. The outputs are discarded.
+template <class Base>
+class BenchJob : public Base {
  public:
-  using ForwardJob::ForwardJob;
+  using Base::Base;
   int warmup = 0, reps = 0;
   std::vector<double> ms;
 #ifdef FA_WITH_CUDA
   std::vector<cudaEvent_t> events;
   std::string Submit(void* stream) override {
     for (int i = 0; i < warmup; i++) {
-      std::string e = ForwardJob::Submit(stream);
+      std::string e = Base::Submit(stream);
       if (!e.empty()) return e;
     }
     events.resize(2 * reps);
@@ -561,7 +570,7 @@ class BenchJob : public ForwardJob {
     auto s = static_cast<cudaStream_t>(stream);
     for (int i = 0; i < reps; i++) {
       cudaEventRecord(events[2 * i], s);
-      std::string e = ForwardJob::Submit(stream);
+      std::string e = Base::Submit(stream);
       if (!e.empty()) return e;
       cudaEventRecord(events[2 * i + 1], s);
     }
@@ -579,14 +588,11 @@ class BenchJob : public ForwardJob {
   }
 #endif
   void Complete(Napi::Env env, const std::string& error) override {
-    if (error.empty()) {
-      Napi::Float64Array arr = Napi::Float64Array::New(env, ms.size());
-      for (size_t i = 0; i < ms.size(); i++) arr[i] = ms[i];
-      for (auto& o : outputs_) Napi::ObjectWrap<DeviceBuffer>::Unwrap(o.Value())->Release(env);
-      deferred_.Resolve(arr);
-      return;
-    }
-    ForwardJob::Complete(env, error);
+    if (!error.empty()) return Base::Complete(env, error);
+    Napi::Float64Array arr = Napi::Float64Array::New(env, ms.size());
+    for (size_t i = 0; i < ms.size(); i++) arr[i] = ms[i];
+    for (auto& o : this->outputs_) Napi::ObjectWrap<DeviceBuffer>::Unwrap(o.Value())->Release(env);
+    this->deferred_.Resolve(arr);
   }
 };
 
@@ -599,7 +605,7 @@ Napi::Value CudaBenchForward(const Napi::CallbackInfo& info) {
     b[i] = DeviceBuffer::FromValue(info[i], names[i]);
     if (!b[i]) return env.Undefined();
   }
-  auto job = std::make_unique<BenchJob>(env, "benchForward");
+  auto job = std::make_unique<BenchJob<ForwardJob>>(env, "benchForward");
   job->q = b[0]->allocation(); job->k = b[1]->allocation(); job->v = b[2]->allocation();
   for (int i = 0; i < 3; i++) job->Keep(info[i]);
   FillCommon(job->p, d);
@@ -613,7 +619,15 @@ Napi::Value CudaBenchForward(const Napi::CallbackInfo& info) {
   return p;
 }
 
+Napi::Value CudaBackward(const Napi::CallbackInfo& info) {
+  return PostBackward<BackwardJob>(info, "flashAttentionBackward", false);
+}
+Napi::Value CudaBenchBackward(const Napi::CallbackInfo& info) {
+  return PostBackward<BenchJob<BackwardJob>>(info, "benchBackward", true);
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("cudaBenchBackward", Napi::Function::New(env, CudaBenchBackward));
   exports.Set("cudaBenchForward", Napi::Function::New(env, CudaBenchForward));
   DeviceBuffer::Init(env, exports);
   exports.Set("cpuForward", Napi::Function::New(env, CpuForward));
