@@ -1,0 +1,360 @@
+// fa_bwd_cuda / fa_bwd_workspace_size / fa_cuda_backward_available: argument checks, workspace,
+// the preprocess kernel (D = rowsum(dO * O), lse * log2(e), zeroed dQ accumulator), dispatch to the
+// instantiation whose head-dim tile width is the smallest compiled one >= head_dim (pad columns
+// are zero-filled on load and never written), and the dQ convert kernel.
+//
+// Workspace (bytes; each part rounded up to 256):
+//   lse2, dsum: 2 * 4 * B * H * round_up(Nq, 128)       always
+//   dq_acc:     4 * B * H * Nq * head_dim                 atomic (non-deterministic) mode only
+// (0 bytes when B, H or Nq is 0).
+// Taken from the caller's p->workspace when given, else cudaMallocAsync / cudaFreeAsync on the
+// same stream (stream-ordered: no synchronisation).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <string>
+#include <type_traits>
+
+#include "common/errors.h"
+#include "cuda/bwd_args.cuh"
+#include "fa_core.h"
+
+namespace fa {
+namespace cuda {
+namespace {
+
+// Tile widths that scripts/generate_bwd_kernels.py writes files for (keep the lists in step).
+constexpr int kBwdWidths16[] = {64, 128, 256};  // fp16 and bf16
+constexpr int kBwdWidths32[] = {64, 128, 256};  // fp32
+
+constexpr bool width_built(int w) {
+#ifdef FA_HEAD_DIM_LIST
+  constexpr int kBuilt[] = {FA_HEAD_DIM_LIST};
+  for (int b : kBuilt)
+    if (b == w) return true;
+  return false;
+#else
+  (void)w;
+  return true;
+#endif
+}
+
+template <size_t N>
+constexpr bool listed(const int (&list)[N], int w) {
+  for (size_t i = 0; i < N; ++i)
+    if (list[i] == w) return true;
+  return false;
+}
+
+int pick_bwd_width(fa_dtype dtype, int d) {
+  int best = 0;
+  auto consider = [&](int w) {
+    if (w >= d && (best == 0 || w < best)) best = w;
+  };
+  if (dtype == FA_FLOAT32) {
+    for (int w : kBwdWidths32)
+      if (width_built(w)) consider(w);
+  } else {
+    for (int w : kBwdWidths16)
+      if (width_built(w)) consider(w);
+  }
+  return best;
+}
+
+template <typename T, int W>
+bool try_run(int width, bool det, const BwdArgs& a, cudaStream_t s, fa_status* st) {
+  constexpr bool kCompiled = width_built(W) && (std::is_same<T, float>::value ? listed(kBwdWidths32, W)
+                                                                                : listed(kBwdWidths16, W));
+  if constexpr (kCompiled) {
+    if (width == W) {
+      *st = det ? run_bwd_det<T, W>(a, s) : run_bwd_atomic<T, W>(a, s);
+      return true;
+    }
+  }
+  return false;
+}
+
+template <typename T>
+fa_status dispatch(int width, bool det, const BwdArgs& a, cudaStream_t s) {
+  fa_status st = FA_ERR_UNSUPPORTED;
+  const bool ran = try_run<T, 64>(width, det, a, s, &st) || try_run<T, 128>(width, det, a, s, &st) ||
+                   try_run<T, 256>(width, det, a, s, &st);
+  if (!ran) return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: no kernel for tile width " + std::to_string(width));
+  return st;
+}
+
+fa_status cuda_err(cudaError_t err, const char* what) {
+  return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) + " (" +
+                                   what + ")");
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool strides_ok(const fa_strides& s, int vec) { return s.batch % vec == 0 && s.row % vec == 0 && s.head % vec == 0; }
+
+const char* dtype_name(fa_dtype d) {
+  switch (d) {
+    case FA_FLOAT32: return "float32";
+    case FA_FLOAT16: return "float16";
+    case FA_BFLOAT16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+size_t round256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
+
+struct WorkspaceLayout {
+  size_t lse2 = 0, dsum = 0, dq_acc = 0, total = 0;  // byte offsets / total
+};
+WorkspaceLayout workspace_layout(const fa_bwd_params* p) {
+  WorkspaceLayout w;
+  if (p->batch <= 0 || p->heads <= 0 || p->seqlen_q <= 0) return w;
+  const size_t rows = static_cast<size_t>(p->batch) * p->heads;
+  const size_t nq_pad = (static_cast<size_t>(p->seqlen_q) + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+  const size_t row_bytes = round256(rows * nq_pad * 4);
+  w.lse2 = 0;
+  w.dsum = row_bytes;
+  w.dq_acc = 2 * row_bytes;
+  w.total = 2 * row_bytes;
+  if (!p->deterministic && p->head_dim > 0)
+    w.total += round256(rows * static_cast<size_t>(p->seqlen_q) * p->head_dim * 4);
+  return w;
+}
+
+// ---- preprocess: D, lse2, zeroed dQ accumulator ---------------------------------------------------
+// 8 lanes per row (4 rows per warp), 16-byte loads; the loop trip count is uniform per warp so that
+// the shuffles see all 32 lanes.
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdArgs a) {
+  constexpr int E = sizeof(T);
+  const int lane = threadIdx.x & 31;
+  const int sub = lane & 7;
+  const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.nq_pad;
+  const int64_t warp_global = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warp_stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int chunks = a.head_dim * E / 16;
+  for (int64_t r4 = warp_global * 4; r4 < rows; r4 += warp_stride * 4) {
+    const int64_t r = r4 + (lane >> 3);
+    const bool valid = r < rows;
+    const int64_t bh = valid ? r / a.nq_pad : 0;
+    const int i = valid ? static_cast<int>(r - bh * a.nq_pad) : a.nq_pad;
+    const bool real = valid && i < a.seqlen_q;
+    const int h = static_cast<int>(bh % a.heads);
+    const int b = static_cast<int>(bh / a.heads);
+    float d = 0.f;
+    if (real) {
+      const char* po = static_cast<const char*>(a.o) + E * (b * a.o_batch + i * a.o_row + h * a.o_head);
+      const char* pd = static_cast<const char*>(a.dout) + E * (b * a.do_batch + i * a.do_row + h * a.do_head);
+      for (int c = sub; c < chunks; c += 8) {
+        const uint4 x = *reinterpret_cast<const uint4*>(po + c * 16);
+        const uint4 y = *reinterpret_cast<const uint4*>(pd + c * 16);
+        const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if constexpr (E == 4) {
+            d = fmaf(__uint_as_float(xs[j]), __uint_as_float(ys[j]), d);
+          } else if constexpr (std::is_same<T, __half>::value) {
+            const float2 fx = __half22float2(*reinterpret_cast<const __half2*>(&xs[j]));
+            const float2 fy = __half22float2(*reinterpret_cast<const __half2*>(&ys[j]));
+            d = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, d));
+          } else {
+            const float2 fx = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xs[j]));
+            const float2 fy = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ys[j]));
+            d = fmaf(fx.x, fy.x, fmaf(fx.y, fy.y, d));
+          }
+        }
+      }
+    }
+    d += __shfl_xor_sync(0xffffffffu, d, 1);
+    d += __shfl_xor_sync(0xffffffffu, d, 2);
+    d += __shfl_xor_sync(0xffffffffu, d, 4);
+    if (!valid) continue;
+    if (sub == 0) {
+      a.dsum[r] = d;
+      a.lse2[r] = real ? a.lse[bh * a.seqlen_q + i] * 1.4426950408889634f : INFINITY;
+      if (real && a.softmax_d != nullptr) a.softmax_d[bh * a.seqlen_q + i] = d;
+    }
+    if (real && a.dq_acc != nullptr) {
+      float4* z = reinterpret_cast<float4*>(a.dq_acc + (bh * a.seqlen_q + i) * a.head_dim);
+      for (int c = sub; c < a.head_dim / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
+// ---- convert: dq = scale * dq_acc in the input dtype, through dq's strides ---------------------------
+template <typename T>
+__global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs a) {
+  constexpr int E = sizeof(T);
+  const int groups = a.head_dim / 8;  // 8 elements per thread and step
+  const int64_t total = static_cast<int64_t>(a.batch) * a.heads * a.seqlen_q * groups;
+  const float sc = a.scale;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = static_cast<int>(idx % groups);
+    const int64_t row = idx / groups;  // (b * H + h) * Nq + i
+    const int i = static_cast<int>(row % a.seqlen_q);
+    const int64_t bh = row / a.seqlen_q;
+    const int h = static_cast<int>(bh % a.heads);
+    const int b = static_cast<int>(bh / a.heads);
+    const float4* src = reinterpret_cast<const float4*>(a.dq_acc + row * a.head_dim + c * 8);
+    float4 x = src[0], y = src[1];
+    x.x *= sc, x.y *= sc, x.z *= sc, x.w *= sc;
+    y.x *= sc, y.y *= sc, y.z *= sc, y.w *= sc;
+    char* dst = static_cast<char*>(a.dq) + E * (b * a.dq_batch + i * a.dq_row + h * a.dq_head + c * 8);
+    if constexpr (E == 4) {
+      reinterpret_cast<float4*>(dst)[0] = x;
+      reinterpret_cast<float4*>(dst)[1] = y;
+    } else {
+      uint4 o;
+      if constexpr (std::is_same<T, __half>::value) {
+        __half2 h0 = __floats2half2_rn(x.x, x.y), h1 = __floats2half2_rn(x.z, x.w);
+        __half2 h2 = __floats2half2_rn(y.x, y.y), h3 = __floats2half2_rn(y.z, y.w);
+        o = make_uint4(*reinterpret_cast<uint32_t*>(&h0), *reinterpret_cast<uint32_t*>(&h1),
+                       *reinterpret_cast<uint32_t*>(&h2), *reinterpret_cast<uint32_t*>(&h3));
+      } else {
+        __nv_bfloat162 h0 = __floats2bfloat162_rn(x.x, x.y), h1 = __floats2bfloat162_rn(x.z, x.w);
+        __nv_bfloat162 h2 = __floats2bfloat162_rn(y.x, y.y), h3 = __floats2bfloat162_rn(y.z, y.w);
+        o = make_uint4(*reinterpret_cast<uint32_t*>(&h0), *reinterpret_cast<uint32_t*>(&h1),
+                       *reinterpret_cast<uint32_t*>(&h2), *reinterpret_cast<uint32_t*>(&h3));
+      }
+      *reinterpret_cast<uint4*>(dst) = o;
+    }
+  }
+}
+
+unsigned grid_for(int64_t work_items, int per_block) {
+  int64_t blocks = (work_items + per_block - 1) / per_block;
+  if (blocks > 65536) blocks = 65536;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+template <typename T>
+fa_status run_all(int width, bool det, BwdArgs a, cudaStream_t s) {
+  if (a.seqlen_q > 0) {
+    const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.nq_pad;
+    (void)cudaGetLastError();
+    bwd_preprocess_kernel<T><<<grid_for(rows, 32), 256, 0, s>>>(a);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return cuda_err(err, "bwd preprocess launch");
+  }
+  fa_status st = dispatch<T>(width, det, a, s);
+  if (st != FA_OK) return st;
+  if (!det && a.seqlen_q > 0) {
+    const int64_t items = static_cast<int64_t>(a.batch) * a.heads * a.seqlen_q * (a.head_dim / 8);
+    if (a.dq_acc != nullptr) {
+      bwd_convert_dq_kernel<T><<<grid_for(items, 256), 256, 0, s>>>(a);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return cuda_err(err, "bwd convert launch");
+    }
+  }
+  return FA_OK;
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace fa
+
+extern "C" int fa_cuda_backward_available(void) { return 1; }
+
+extern "C" size_t fa_bwd_workspace_size(const fa_bwd_params* p) {
+  if (p == nullptr) return 0;
+  return fa::cuda::workspace_layout(p).total;
+}
+
+extern "C" fa_status fa_bwd_cuda(const fa_bwd_params* p, void* stream) {
+  using namespace fa::cuda;
+  if (p == nullptr) return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: params is NULL");
+  if (p->dtype != FA_FLOAT32 && p->dtype != FA_FLOAT16 && p->dtype != FA_BFLOAT16)
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: unknown dtype " + std::to_string(static_cast<int>(p->dtype)));
+  if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0 || p->heads < 0 || p->heads_k <= 0)
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: negative size (batch " + std::to_string(p->batch) +
+                                        ", seqlen_q " + std::to_string(p->seqlen_q) + ", seqlen_k " +
+                                        std::to_string(p->seqlen_k) + ", heads " + std::to_string(p->heads) +
+                                        ", heads_k " + std::to_string(p->heads_k) + ")");
+  if (p->heads % p->heads_k != 0)
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: heads (" + std::to_string(p->heads) +
+                                        ") must be a multiple of heads_k (" + std::to_string(p->heads_k) + ")");
+  const int d = p->head_dim;
+  if (d < 8 || d > 256 || d % 8 != 0)
+    return fa::fail(FA_ERR_UNSUPPORTED,
+                    "CUDA backward supports head_dim = 8, 16, ..., 256 (a multiple of 8); got " + std::to_string(d));
+  const int width = pick_bwd_width(p->dtype, d);
+  if (width == 0)
+    return fa::fail(FA_ERR_UNSUPPORTED, std::string("CUDA backward: this build has no ") + dtype_name(p->dtype) +
+                                            " kernel for head_dim " + std::to_string(d) +
+                                            " (head-dim tiles limited by FA_HEAD_DIMS at build time)");
+  if (!std::isfinite(p->scale))
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: scale must be finite, got " + std::to_string(p->scale));
+  if (p->batch == 0 || p->heads == 0 || (p->seqlen_q == 0 && p->seqlen_k == 0)) return FA_OK;
+  const bool need_q = p->seqlen_q > 0, need_k = p->seqlen_k > 0;
+  if ((need_q && (p->q == nullptr || p->o == nullptr || p->dout == nullptr || p->dq == nullptr || p->lse == nullptr)) ||
+      (need_k && (p->k == nullptr || p->v == nullptr || p->dk == nullptr || p->dv == nullptr)))
+    return fa::fail(FA_ERR_INVALID,
+                    "fa_bwd_cuda: dout, q, k, v, o, lse, dq, dk and dv must be device pointers, got NULL");
+
+  const int elem = p->dtype == FA_FLOAT32 ? 4 : 2;
+  const int vec = 16 / elem;
+  const void* ptrs[] = {p->dout, p->q, p->k, p->v, p->o, p->dq, p->dk, p->dv};
+  for (const void* x : ptrs)
+    if (!aligned16(x))
+      return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward needs dout, q, k, v, o, dq, dk and dv 16-byte aligned");
+  const fa_strides* strs[] = {&p->do_str, &p->q_str, &p->k_str, &p->v_str, &p->o_str, &p->dq_str, &p->dk_str, &p->dv_str};
+  for (const fa_strides* x : strs)
+    if (!strides_ok(*x, vec))
+      return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward needs batch/row/head strides that are multiples of " +
+                                              std::to_string(vec) + " elements (16 bytes); contiguous tensors are");
+  if (p->workspace != nullptr && (reinterpret_cast<uintptr_t>(p->workspace) & 255) != 0)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: workspace must be 256-byte aligned (cudaMalloc memory is)");
+
+  BwdArgs a{};
+  a.q = p->q, a.k = p->k, a.v = p->v, a.o = p->o, a.dout = p->dout;
+  a.dq = p->dq, a.dk = p->dk, a.dv = p->dv;
+  a.lse = p->lse;
+  a.softmax_d = p->softmax_d;
+  a.q_batch = p->q_str.batch, a.q_row = p->q_str.row, a.q_head = p->q_str.head;
+  a.k_batch = p->k_str.batch, a.k_row = p->k_str.row, a.k_head = p->k_str.head;
+  a.v_batch = p->v_str.batch, a.v_row = p->v_str.row, a.v_head = p->v_str.head;
+  a.o_batch = p->o_str.batch, a.o_row = p->o_str.row, a.o_head = p->o_str.head;
+  a.do_batch = p->do_str.batch, a.do_row = p->do_str.row, a.do_head = p->do_str.head;
+  a.dq_batch = p->dq_str.batch, a.dq_row = p->dq_str.row, a.dq_head = p->dq_str.head;
+  a.dk_batch = p->dk_str.batch, a.dk_row = p->dk_str.row, a.dk_head = p->dk_str.head;
+  a.dv_batch = p->dv_str.batch, a.dv_row = p->dv_str.row, a.dv_head = p->dv_str.head;
+  a.batch = p->batch, a.heads = p->heads, a.heads_k = p->heads_k;
+  a.seqlen_q = p->seqlen_q, a.seqlen_k = p->seqlen_k;
+  a.head_dim = d;
+  a.group = p->heads / p->heads_k;
+  a.nq_pad = (p->seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+  a.causal = p->causal ? 1 : 0;
+  a.scale = p->scale;
+  a.scale_log2 = p->scale * 1.4426950408889634f;
+  const bool det = p->deterministic != 0;
+
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const WorkspaceLayout ws = workspace_layout(p);
+  void* base = p->workspace;
+  bool owned = false;
+  if (base == nullptr && ws.total > 0) {
+    const cudaError_t err = cudaMallocAsync(&base, ws.total, s);
+    if (err != cudaSuccess) return cuda_err(err, "cudaMallocAsync of the backward workspace");
+    owned = true;
+  }
+  if (ws.total > 0) {
+    char* w = static_cast<char*>(base);
+    a.lse2 = reinterpret_cast<float*>(w + ws.lse2);
+    a.dsum = reinterpret_cast<float*>(w + ws.dsum);
+    a.dq_acc = ws.total > ws.dq_acc ? reinterpret_cast<float*>(w + ws.dq_acc) : nullptr;
+  }
+
+  fa_status st;
+  switch (p->dtype) {
+    case FA_FLOAT16: st = run_all<__half>(width, det, a, s); break;
+    case FA_BFLOAT16: st = run_all<__nv_bfloat16>(width, det, a, s); break;
+    default: st = run_all<float>(width, det, a, s); break;
+  }
+  if (owned) {
+    const cudaError_t err = cudaFreeAsync(base, s);
+    if (err != cudaSuccess && st == FA_OK) st = cuda_err(err, "cudaFreeAsync of the backward workspace");
+  }
+  return st;
+}

@@ -1,0 +1,357 @@
+// FlashAttention-2 backward on sm_80+ (mma.sync; fp16/bf16 operands or 3xTF32, fp32 accumulation).
+//
+// Main kernel: one thread block per (key block of kBlockN keys, kv head, batch). K_j and V_j are
+// loaded once; dK_j and dV_j accumulate in registers over every query row block of every query
+// head of the GQA group (so the group sum needs no expanded copy and no atomics), and are written
+// once. Per row block i (Q_i, dO_i and the lse2 / dsum slices double-buffered with cp.async: block
+// i+1 loads during block i):
+//   S  = Q_i K_j^T,  dP = dO_i V_j^T                      (warp grid kWarpsMSdP x kWarpsNSdP)
+//   P  = 2^(S * scale * log2e - lse * log2e)              (0 where masked: keys >= Nk, causal, and
+//                                                          lse = +inf rows, i.e. rows that see no key)
+//   dS = P * (dP - D_i)                                   P and dS -> shared memory (as T)
+//   dV_j += P^T dO_i,  dK_j += dS^T Q_i                   (warp grid kWarpsNdKV x kWarpsDdKV)
+//   atomic mode: dQ_i += dS K_j, added to the fp32 workspace with red.global.add.v2.f32
+// Causal (bottom-right aligned: row i sees key j iff j <= i + Nk - Nq): the row loop starts at the
+// first row block that can see key block j; only blocks crossing the diagonal or the ragged end of
+// the keys evaluate the mask.
+//
+// dQ kernel (deterministic mode): one thread block per (row block, head, batch), FA2's forward loop
+// order: Q_i, dO_i stay in shared memory, K_j / V_j double-buffered; S, dP, P, dS are recomputed
+// and dQ_i accumulates in registers, written once (times scale) in the input dtype. No atomics
+// anywhere, so dQ, dK, dV are bit-identical run to run.
+#pragma once
+#include "cuda/bwd_gemm.cuh"
+#include "cuda/bwd_traits.cuh"
+#include "cuda/fwd_common.cuh"
+
+namespace fa {
+namespace cuda {
+
+// P and dS of one S/dP warp tile from the S and dP accumulators (in place: s <- P, dp <- dS), then
+// dS (and P when kStoreP) stored to shared memory. r0 / c0: the warp tile's first row / column
+// within the block.
+template <class Tr, bool kStoreP, int MT, int NT>
+__device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (&dp)[MT][NT][4], const float* l_s,
+                                                  const float* d_s, unsigned char* sP, unsigned char* sdS, int r0,
+                                                  int c0, bool need_mask, int mask_base, int mask_diag,
+                                                  float scale_log2, int lane) {
+  using T = typename Tr::T;
+  constexpr int E = Tr::kElem;
+  constexpr int PPB = Tr::kPitchPB;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = r0 + mt * 16 + g + 8 * hr;
+      const float lse2 = l_s[r];
+      const float dsum = d_s[r];
+      // Columns (relative to this block's first key) c < lim are visible. mask_base = Nk - key0;
+      // mask_diag = row0 + Nk - Nq - key0 + 1 (causal) or a large number.
+      const int lim = need_mask ? min(mask_base, mask_diag + r) - c0 - 2 * t : 1 << 30;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float pv[2], dv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], scale_log2, -lse2));
+          if (nt * 8 + e >= lim) p = 0.f;
+          pv[e] = p;
+          dv[e] = p * (dp[mt][nt][2 * hr + e] - dsum);
+        }
+        const int off = r * PPB + (c0 + nt * 8 + 2 * t) * E;
+        if constexpr (kStoreP) store_pair<T>(sP + off, pv[0], pv[1]);
+        store_pair<T>(sdS + off, dv[0], dv[1]);
+      }
+    }
+}
+
+template <class Tr, bool kAtomicDQ>
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs a) {
+  constexpr int E = Tr::kElem;
+  constexpr int W = Tr::kHeadDim;
+  constexpr int BM = Tr::kBlockM;
+  constexpr int BN = Tr::kBlockN;
+  constexpr int PB = Tr::kPitchB;
+  constexpr int PPB = Tr::kPitchPB;
+  constexpr int kThreads = Tr::kThreads;
+  constexpr int MTs = Tr::kTileMSdP / 16, NTs = Tr::kTileNSdP / 8;
+  constexpr int MTkv = Tr::kTileNdKV / 16, NTkv = Tr::kTileDdKV / 8;
+  constexpr int MTq = Tr::kTileMdQ / 16, NTq = Tr::kTileDdQ / 8;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* const sK = smem;
+  unsigned char* const sV = sK + Tr::kSmemKV;
+  unsigned char* const sQ = sV + Tr::kSmemKV;        // 2 stages
+  unsigned char* const sdO = sQ + 2 * Tr::kSmemQ;    // 2 stages
+  unsigned char* const sP = sdO + 2 * Tr::kSmemQ;
+  unsigned char* const sdS = sP + Tr::kSmemP;
+  float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);  // [2][BM] lse2
+  float* const sDs = sL + 2 * BM;                                // [2][BM] dsum
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n_block = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.num_n_blocks));
+  const int bh = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_n_blocks));
+  const int hk = bh % a.heads_k;
+  const int b = bh / a.heads_k;
+  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const int key0 = n_block * BN;
+  const int valid_chunks = a.head_dim * E / 16;
+
+  // First row block with a row that sees key0 (causal: row i sees key j iff j <= i + Nk - Nq).
+  const int m_begin = a.causal ? max(0, key0 - (Nk - Nq)) / BM : 0;
+  const int n_m = max(0, a.num_m_blocks - m_begin);
+  const int total = n_m * a.group;  // iterations: (query head of the group, row block)
+
+  const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head + key0 * a.k_row);
+  const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head + key0 * a.v_row);
+  const TileLoader<BN, Tr::kChunksPerRow, PB, kThreads> kv_loader(tid);
+  kv_loader.load(smem_u32(sK), gk, a.k_row * E, Nk - key0, valid_chunks);
+  kv_loader.load(smem_u32(sV), gv, a.v_row * E, Nk - key0, valid_chunks);
+
+  const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
+  auto load_rows = [&](int it, int stage) {
+    const int hq = hk * a.group + it / n_m;
+    const int row0 = (m_begin + it % n_m) * BM;
+    const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + hq * a.q_head + row0 * a.q_row);
+    const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + hq * a.do_head + row0 * a.do_row);
+    q_loader.load(smem_u32(sQ + stage * Tr::kSmemQ), gq, a.q_row * E, Nq - row0, valid_chunks);
+    q_loader.load(smem_u32(sdO + stage * Tr::kSmemQ), gdo, a.do_row * E, Nq - row0, valid_chunks);
+    const int64_t roff = (static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row0;
+    if (tid < BM / 4)
+      cp_async_16(smem_u32(sL + stage * BM) + tid * 16, a.lse2 + roff + tid * 4, true);
+    else if (tid < BM / 2)
+      cp_async_16(smem_u32(sDs + stage * BM) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
+  };
+  if (total > 0) load_rows(0, 0);
+  cp_async_commit();
+
+  float dv_acc[MTkv][NTkv][4], dk_acc[MTkv][NTkv][4];
+  zero_acc(dv_acc);
+  zero_acc(dk_acc);
+
+  const int wm_s = warp / Tr::kWarpsNSdP, wn_s = warp % Tr::kWarpsNSdP;
+  const int wn_kv = warp / Tr::kWarpsDdKV, wd_kv = warp % Tr::kWarpsDdKV;
+  const int wm_q = warp / Tr::kWarpsDdQ, wd_q = warp % Tr::kWarpsDdQ;
+  const int mask_base = Nk - key0;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    const int hq = hk * a.group + it / n_m;
+    const int row0 = (m_begin + it % n_m) * BM;
+    cp_async_wait<0>();
+    __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1's P, dS, buffers
+    if (it + 1 < total) load_rows(it + 1, stage ^ 1);
+    cp_async_commit();
+
+    unsigned char* const q_s = sQ + stage * Tr::kSmemQ;
+    unsigned char* const do_s = sdO + stage * Tr::kSmemQ;
+    const float* const l_s = sL + stage * BM;
+    const float* const d_s = sDs + stage * BM;
+
+    {
+      float s[MTs][NTs][4], dp[MTs][NTs][4];
+      zero_acc(s);
+      zero_acc(dp);
+      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(s, q_s + wm_s * Tr::kTileMSdP * PB,
+                                                        sK + wn_s * Tr::kTileNSdP * PB, lane);
+      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(dp, do_s + wm_s * Tr::kTileMSdP * PB,
+                                                        sV + wn_s * Tr::kTileNSdP * PB, lane);
+      const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
+      const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
+      softmax_grad_tile<Tr, true>(s, dp, l_s, d_s, sP, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP, need_mask,
+                            mask_base, mask_diag, a.scale_log2, lane);
+    }
+    __syncthreads();  // P, dS visible
+
+    warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
+                                                        do_s + wd_kv * Tr::kTileDdKV * E, lane);
+    warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dk_acc, sdS + wn_kv * Tr::kTileNdKV * E,
+                                                        q_s + wd_kv * Tr::kTileDdKV * E, lane);
+    if constexpr (kAtomicDQ) {
+      float dq[MTq][NTq][4];
+      zero_acc(dq);
+      warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
+                                                         sK + wd_q * Tr::kTileDdQ * E, lane);
+      const int D = a.head_dim;
+      float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * Nq + row0) * D;
+#pragma unroll
+      for (int mt = 0; mt < MTq; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = wm_q * Tr::kTileMdQ + mt * 16 + g + 8 * hr;
+          if (row0 + r < Nq) {
+#pragma unroll
+            for (int nt = 0; nt < NTq; ++nt) {
+              const int c = wd_q * Tr::kTileDdQ + nt * 8 + 2 * t;
+              if (c < D) red_add_f32x2(gdq + static_cast<int64_t>(r) * D + c, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+            }
+          }
+        }
+    }
+  }
+
+  // Epilogue: dK (times scale) and dV staged through the K and V tiles, then 16-byte stores.
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    using T = typename Tr::T;
+    const float sc = a.scale;
+#pragma unroll
+    for (int mt = 0; mt < MTkv; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = wn_kv * Tr::kTileNdKV + mt * 16 + g + 8 * hr;
+#pragma unroll
+        for (int nt = 0; nt < NTkv; ++nt) {
+          const int off = r * PB + (wd_kv * Tr::kTileDdKV + nt * 8 + 2 * t) * E;
+          store_pair<T>(sK + off, dk_acc[mt][nt][2 * hr] * sc, dk_acc[mt][nt][2 * hr + 1] * sc);
+          store_pair<T>(sV + off, dv_acc[mt][nt][2 * hr], dv_acc[mt][nt][2 * hr + 1]);
+        }
+      }
+  }
+  __syncthreads();
+  char* gdk = static_cast<char*>(a.dk) + E * (b * a.dk_batch + hk * a.dk_head + key0 * a.dk_row);
+  char* gdv = static_cast<char*>(a.dv) + E * (b * a.dv_batch + hk * a.dv_head + key0 * a.dv_row);
+  constexpr int kCh = Tr::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < BN * kCh / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    const int r = idx / kCh, c = idx % kCh;
+    if (r < mask_base && c < valid_chunks) {
+      *reinterpret_cast<uint4*>(gdk + r * a.dk_row * E + c * 16) = *reinterpret_cast<const uint4*>(sK + r * PB + c * 16);
+      *reinterpret_cast<uint4*>(gdv + r * a.dv_row * E + c * 16) = *reinterpret_cast<const uint4*>(sV + r * PB + c * 16);
+    }
+  }
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a) {
+  constexpr int E = Tr::kElem;
+  constexpr int W = Tr::kHeadDim;
+  constexpr int BM = Tr::kBlockM;
+  constexpr int BN = Tr::kBlockN;
+  constexpr int PB = Tr::kPitchB;
+  constexpr int PPB = Tr::kPitchPB;
+  constexpr int kThreads = Tr::kThreads;
+  constexpr int MTs = Tr::kTileMSdP / 16, NTs = Tr::kTileNSdP / 8;
+  constexpr int MTq = Tr::kTileMdQ / 16, NTq = Tr::kTileDdQ / 8;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* const sQ = smem;
+  unsigned char* const sdO = sQ + Tr::kSmemQ;
+  unsigned char* const sK = sdO + Tr::kSmemQ;     // 2 stages
+  unsigned char* const sV = sK + 2 * Tr::kSmemKV;  // 2 stages
+  unsigned char* const sdS = sV + 2 * Tr::kSmemKV;
+  float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);
+  float* const sDs = sL + BM;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int mb = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.num_m_blocks));
+  const int bh = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_m_blocks));
+  const int h = bh % a.heads;
+  const int b = bh / a.heads;
+  const int hk = h / a.group;
+  const int m_block = a.causal ? a.num_m_blocks - 1 - mb : mb;  // causal: long rows first
+  const int row0 = m_block * BM;
+  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const int valid_chunks = a.head_dim * E / 16;
+
+  int n_keys = Nk;
+  if (a.causal) n_keys = min(Nk, max(0, min(Nq, row0 + BM) - 1 + Nk - Nq + 1));
+  const int n_end = (n_keys + BN - 1) / BN;
+
+  const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
+  const TileLoader<BN, Tr::kChunksPerRow, PB, kThreads> kv_loader(tid);
+  {
+    const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + h * a.q_head + row0 * a.q_row);
+    const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + h * a.do_head + row0 * a.do_row);
+    q_loader.load(smem_u32(sQ), gq, a.q_row * E, Nq - row0, valid_chunks);
+    q_loader.load(smem_u32(sdO), gdo, a.do_row * E, Nq - row0, valid_chunks);
+    const int64_t roff = (static_cast<int64_t>(b) * a.heads + h) * a.nq_pad + row0;
+    if (tid < BM / 4)
+      cp_async_16(smem_u32(sL) + tid * 16, a.lse2 + roff + tid * 4, true);
+    else if (tid < BM / 2)
+      cp_async_16(smem_u32(sDs) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
+  }
+  const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head);
+  const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head);
+  auto load_kv = [&](int n, int stage) {
+    kv_loader.load(smem_u32(sK + stage * Tr::kSmemKV), gk + n * BN * a.k_row * E, a.k_row * E, Nk - n * BN,
+                   valid_chunks);
+    kv_loader.load(smem_u32(sV + stage * Tr::kSmemKV), gv + n * BN * a.v_row * E, a.v_row * E, Nk - n * BN,
+                   valid_chunks);
+  };
+  if (n_end > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  float dq[MTq][NTq][4];
+  zero_acc(dq);
+  const int wm_s = warp / Tr::kWarpsNSdP, wn_s = warp % Tr::kWarpsNSdP;
+  const int wm_q = warp / Tr::kWarpsDdQ, wd_q = warp % Tr::kWarpsDdQ;
+
+  for (int n = 0; n < n_end; ++n) {
+    const int stage = n & 1;
+    const int key0 = n * BN;
+    cp_async_wait<0>();
+    __syncthreads();  // K_n, V_n (and Q, dO) visible; every warp is done with block n-1's dS and buffers
+    if (n + 1 < n_end) load_kv(n + 1, stage ^ 1);
+    cp_async_commit();
+    unsigned char* const k_s = sK + stage * Tr::kSmemKV;
+    unsigned char* const v_s = sV + stage * Tr::kSmemKV;
+    {
+      float s[MTs][NTs][4], dp[MTs][NTs][4];
+      zero_acc(s);
+      zero_acc(dp);
+      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(s, sQ + wm_s * Tr::kTileMSdP * PB,
+                                                        k_s + wn_s * Tr::kTileNSdP * PB, lane);
+      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(dp, sdO + wm_s * Tr::kTileMSdP * PB,
+                                                        v_s + wn_s * Tr::kTileNSdP * PB, lane);
+      const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
+      const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
+      softmax_grad_tile<Tr, false>(s, dp, sL, sDs, nullptr, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP, need_mask,
+                            Nk - key0, mask_diag, a.scale_log2, lane);
+    }
+    __syncthreads();  // dS visible
+    warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
+                                                       k_s + wd_q * Tr::kTileDdQ * E, lane);
+  }
+
+  // Epilogue: dQ * scale staged through the Q tile, then 16-byte stores.
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    using T = typename Tr::T;
+    const float sc = a.scale;
+#pragma unroll
+    for (int mt = 0; mt < MTq; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = wm_q * Tr::kTileMdQ + mt * 16 + g + 8 * hr;
+#pragma unroll
+        for (int nt = 0; nt < NTq; ++nt) {
+          const int off = r * PB + (wd_q * Tr::kTileDdQ + nt * 8 + 2 * t) * E;
+          store_pair<T>(sQ + off, dq[mt][nt][2 * hr] * sc, dq[mt][nt][2 * hr + 1] * sc);
+        }
+      }
+  }
+  __syncthreads();
+  char* gdq = static_cast<char*>(a.dq) + E * (b * a.dq_batch + h * a.dq_head + row0 * a.dq_row);
+  constexpr int kCh = Tr::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < BM * kCh / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    const int r = idx / kCh, c = idx % kCh;
+    if (row0 + r < Nq && c < valid_chunks)
+      *reinterpret_cast<uint4*>(gdq + r * a.dq_row * E + c * 16) = *reinterpret_cast<const uint4*>(sQ + r * PB + c * 16);
+  }
+}
+
+}  // namespace cuda
+}  // namespace fa

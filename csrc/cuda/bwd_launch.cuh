@@ -1,0 +1,110 @@
+// Launchers for one backward instantiation (tile configuration per width: BwdConfig in
+// bwd_traits.cuh). Included only by the generated instantiation files (and the tuning build of
+// csrc/tools/bwd_check.cu), so each kernel is compiled once.
+#pragma once
+#include <cuda_runtime.h>
+#include <limits.h>
+
+#include <atomic>
+#include <string>
+
+#include "common/errors.h"
+#include "cuda/bwd_args.cuh"
+#include "cuda/bwd_kernel.cuh"
+#include "cuda/bwd_traits.cuh"
+
+namespace fa {
+namespace cuda {
+
+inline fa_status bwd_cuda_fail(cudaError_t err, const char* what) {
+  return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) + " (" +
+                                   what + ")");
+}
+
+// Raises the kernel's dynamic shared-memory limit once per (kernel, device).
+template <class Tr, int kWhich>
+fa_status bwd_smem_optin(const void* kernel, int bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> ready[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaGetDevice");
+  if (dev < kMaxDevices && ready[dev].load(std::memory_order_acquire)) return FA_OK;
+  int optin = 0;
+  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaDeviceGetAttribute");
+  if (bytes > optin)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: head-dim tile " + std::to_string(Tr::kHeadDim) + " needs " +
+                                            std::to_string(bytes) +
+                                            " bytes of shared memory per block; this device allows " +
+                                            std::to_string(optin));
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaFuncSetAttribute");
+  if (dev < kMaxDevices) ready[dev].store(true, std::memory_order_release);
+  return FA_OK;
+}
+
+// Main kernel (dK, dV; dQ atomics when kAtomicDQ). Never synchronises, never allocates.
+template <class Tr, bool kAtomicDQ>
+fa_status launch_bwd_main(BwdArgs a, cudaStream_t stream) {
+  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+  const int64_t blocks = static_cast<int64_t>(a.num_n_blocks) * a.heads_k * a.batch;
+  if (blocks == 0) return FA_OK;
+  if (blocks > INT_MAX)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
+                                            std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
+                                            " thread blocks exceeds the grid limit 2^31-1");
+  const auto kernel = &bwd_main_kernel<Tr, kAtomicDQ>;
+  fa_status st = bwd_smem_optin<Tr, kAtomicDQ ? 1 : 0>(reinterpret_cast<const void*>(kernel), Tr::kSmemMain);
+  if (st != FA_OK) return st;
+  (void)cudaGetLastError();  // drop a stale non-sticky error so it is not blamed on this launch
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemMain, stream>>>(a);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd main launch");
+  return FA_OK;
+}
+
+// Deterministic dQ kernel.
+template <class Tr>
+fa_status launch_bwd_dq(BwdArgs a, cudaStream_t stream) {
+  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+  const int64_t blocks = static_cast<int64_t>(a.num_m_blocks) * a.heads * a.batch;
+  if (blocks == 0) return FA_OK;
+  if (blocks > INT_MAX)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads * ceil(seqlen_q / " +
+                                            std::to_string(Tr::kBlockM) + ") = " + std::to_string(blocks) +
+                                            " thread blocks exceeds the grid limit 2^31-1");
+  const auto kernel = &bwd_dq_kernel<Tr>;
+  fa_status st = bwd_smem_optin<Tr, 2>(reinterpret_cast<const void*>(kernel), Tr::kSmemDq);
+  if (st != FA_OK) return st;
+  (void)cudaGetLastError();
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemDq, stream>>>(a);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd dq launch");
+  return FA_OK;
+}
+
+template <class Tr>
+fa_status launch_bwd_atomic(const BwdArgs& a, cudaStream_t stream) {
+  return launch_bwd_main<Tr, true>(a, stream);
+}
+template <class Tr>
+fa_status launch_bwd_det(const BwdArgs& a, cudaStream_t stream) {
+  const fa_status st = launch_bwd_main<Tr, false>(a, stream);
+  if (st != FA_OK) return st;
+  return launch_bwd_dq<Tr>(a, stream);
+}
+
+template <typename T, int W>
+fa_status run_bwd_atomic(BwdArgs args, cudaStream_t stream) {
+  return launch_bwd_atomic<typename BwdConfig<T, W>::Traits>(args, stream);
+}
+template <typename T, int W>
+fa_status run_bwd_det(BwdArgs args, cudaStream_t stream) {
+  return launch_bwd_det<typename BwdConfig<T, W>::Traits>(args, stream);
+}
+
+}  // namespace cuda
+}  // namespace fa

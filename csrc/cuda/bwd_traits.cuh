@@ -1,0 +1,132 @@
+// Compile-time tile shapes of the backward kernels, checked with static_asserts.
+//
+// One thread block owns kBlockN keys (K_j, V_j stay in shared memory; dK_j, dV_j in registers) and
+// walks the query row blocks of kBlockM rows. Its kNWarps warps are arranged differently for the
+// three kinds of product (each a warp tile of whole m16 x n8 mma tiles):
+//   S = Q K^T and dP = dO V^T   [kBlockM x kBlockN]: kWarpsMSdP warps along the queries
+//   dV += P^T dO, dK += dS^T Q  [kBlockN x W]:       kWarpsNdKV warps along the keys
+//   dQ  = dS K                  [kBlockM x W]:       kWarpsMdQ warps along the queries
+// P and dS go through shared memory between the first and the other two.
+//
+// Shared-memory rows: fp16/bf16 tiles are padded by 16 bytes per row (odd row pitch in 16-byte
+// units: ldmatrix, plain or .trans, conflict-free without a swizzle, as in the forward); fp32 tiles
+// by 4 floats (pitch = 4 mod 32 words: the k-contiguous tf32 fragment reads (row g, column t) hit
+// 32 distinct banks; the transposed reads (row t, column g) are 2-way).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/bwd_args.cuh"
+
+namespace fa {
+namespace cuda {
+
+constexpr int kBwdMaxSmem = 227 * 1024;  // sm_90 opt-in limit; the launcher checks the device's
+
+template <typename T_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kWarpsMSdP_, int kWarpsNdKV_,
+          int kWarpsMdQ_>
+struct BwdTraits {
+  using T = T_;
+  static constexpr bool kIsFp32 = sizeof(T) == 4;
+  static constexpr int kElem = sizeof(T);
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kThreads = kNWarps * 32;
+
+  // mma tile: m16 x n8 x k16 (fp16/bf16) or k8 (tf32).
+  static constexpr int kK = kIsFp32 ? 8 : 16;
+  // fp16/bf16 B fragments come in pairs of n8 tiles (one ldmatrix.x4).
+  static constexpr int kNPair = kIsFp32 ? 1 : 2;
+
+  // S / dP warp tile.
+  static constexpr int kWarpsMSdP = kWarpsMSdP_;
+  static constexpr int kWarpsNSdP = kNWarps / kWarpsMSdP;
+  static constexpr int kTileMSdP = kBlockM / kWarpsMSdP;
+  static constexpr int kTileNSdP = kBlockN / kWarpsNSdP;
+  // dK / dV warp tile.
+  static constexpr int kWarpsNdKV = kWarpsNdKV_;
+  static constexpr int kWarpsDdKV = kNWarps / kWarpsNdKV;
+  static constexpr int kTileNdKV = kBlockN / kWarpsNdKV;
+  static constexpr int kTileDdKV = kHeadDim / kWarpsDdKV;
+  // dQ warp tile.
+  static constexpr int kWarpsMdQ = kWarpsMdQ_;
+  static constexpr int kWarpsDdQ = kNWarps / kWarpsMdQ;
+  static constexpr int kTileMdQ = kBlockM / kWarpsMdQ;
+  static constexpr int kTileDdQ = kHeadDim / kWarpsDdQ;
+
+  static constexpr int kPad = kIsFp32 ? 4 : 8;           // elements
+  static constexpr int kPitch = kHeadDim + kPad;         // Q, dO, K, V rows (elements)
+  static constexpr int kPitchP = kBlockN + kPad;         // P, dS rows (elements)
+  static constexpr int kPitchB = kPitch * kElem;         // bytes
+  static constexpr int kPitchPB = kPitchP * kElem;
+  static constexpr int kChunksPerRow = kHeadDim * kElem / 16;
+
+  static constexpr int kSmemKV = kBlockN * kPitchB;      // one K or V tile
+  static constexpr int kSmemQ = kBlockM * kPitchB;       // one Q or dO tile
+  static constexpr int kSmemP = kBlockM * kPitchPB;      // P or dS
+  static constexpr int kSmemRow = kBlockM * 4;           // one lse2 or dsum slice
+
+  // Main kernel: K, V; Q and dO double-buffered; P, dS; lse2 and dsum double-buffered.
+  static constexpr int kSmemMain = 2 * kSmemKV + 4 * kSmemQ + 2 * kSmemP + 4 * kSmemRow;
+  // dQ kernel (deterministic mode): Q, dO; K and V double-buffered; dS; lse2, dsum.
+  static constexpr int kSmemDq = 2 * kSmemQ + 4 * kSmemKV + kSmemP + 2 * kSmemRow;
+
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "tile widths are multiples of 32 up to 256");
+  static_assert(kNWarps == kWarpsMSdP * kWarpsNSdP && kNWarps == kWarpsNdKV * kWarpsDdKV &&
+                    kNWarps == kWarpsMdQ * kWarpsDdQ,
+                "warp grids must use every warp");
+  static_assert(kTileMSdP % 16 == 0 && kTileNSdP % (8 * kNPair) == 0, "S/dP warp tile: whole mma tiles");
+  static_assert(kTileNdKV % 16 == 0 && kTileDdKV % (8 * kNPair) == 0, "dK/dV warp tile: whole mma tiles");
+  static_assert(kTileMdQ % 16 == 0 && kTileDdQ % (8 * kNPair) == 0, "dQ warp tile: whole mma tiles");
+  static_assert(kBlockM % kK == 0 && kBlockN % kK == 0 && kHeadDim % kK == 0, "k steps");
+  static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
+  static_assert(kBlockM % 4 == 0 && kBlockM / 4 * 2 <= kThreads, "lse2/dsum slices: one 16-byte chunk per thread");
+  static_assert((kBlockM * kChunksPerRow) % kThreads == 0 && (kBlockN * kChunksPerRow) % kThreads == 0,
+                "tile loads: whole chunks per thread");
+  static_assert(kIsFp32 || ((kPitchB / 16) & 1) == 1, "odd 16-byte pitch keeps ldmatrix conflict-free");
+  static_assert(kIsFp32 || ((kPitchPB / 16) & 1) == 1, "odd 16-byte pitch keeps ldmatrix conflict-free");
+  static_assert(!kIsFp32 || (kPitch % 32 == 4 && kPitchP % 32 == 4), "fp32 pitches = 4 mod 32 words");
+  static_assert(kSmemMain <= kBwdMaxSmem, "main kernel: shared memory over the sm_90 limit");
+  static_assert(kSmemDq <= kBwdMaxSmem, "dQ kernel: shared memory over the sm_90 limit");
+};
+
+// ---- tile configuration per (element type, head-dim tile width) --------------------------------
+// BwdTraits<T, width, kBlockM, kBlockN, kNWarps, kWarpsMSdP, kWarpsNdKV, kWarpsMdQ>.
+// Measurements: bench/NOTES-bwd.md.
+template <typename T, int W>
+struct BwdConfig;
+
+template <typename T>
+struct BwdConfig<T, 64> {
+  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 32, dQ 32 x 16.
+  using Traits = BwdTraits<T, 64, 64, 128, 8, 2, 4, 2>;
+};
+template <typename T>
+struct BwdConfig<T, 128> {
+  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 64, dQ 32 x 32.
+  using Traits = BwdTraits<T, 128, 64, 128, 8, 2, 4, 2>;
+};
+template <typename T>
+struct BwdConfig<T, 256> {
+  // 64 x 64 blocks: S/dP warp tile 16 x 32, dK/dV 32 x 64, dQ 32 x 64.
+  using Traits = BwdTraits<T, 256, 64, 64, 8, 4, 2, 2>;
+};
+
+// fp32 (3xTF32).
+template <>
+struct BwdConfig<float, 64> {
+  using Traits = BwdTraits<float, 64, 64, 64, 8, 2, 4, 4>;
+};
+template <>
+struct BwdConfig<float, 128> {
+  using Traits = BwdTraits<float, 128, 32, 64, 8, 2, 4, 2>;
+};
+template <>
+struct BwdConfig<float, 256> {
+  using Traits = BwdTraits<float, 256, 32, 32, 8, 2, 2, 2>;
+};
+
+}  // namespace cuda
+}  // namespace fa

@@ -1,0 +1,103 @@
+// Pieces shared by the fp16/bf16 and fp32 forward kernels: block coordinates, the causal key bound,
+// predicated tile loads, and the "row sees no key" epilogue.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/fwd_args.cuh"
+#include "cuda/ptx.cuh"
+
+namespace fa {
+namespace cuda {
+
+struct BlockCoord {
+  int m_block, h, b;
+};
+
+// One flat grid.x index per (row block, head, batch): row blocks of one head are adjacent so that
+// the CTAs resident at one time share that head's K/V in L2; grid.x allows 2^31-1 blocks, so long
+// sequences and large B*H never hit the 65535 limit of grid.y/z. Causal: within a head the row blocks
+// that see the most keys start first, so the cheap ones fill the tail of the launch.
+__device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) {
+  const int bid = static_cast<int>(blockIdx.x);
+  const int mb = bid % a.num_m_blocks;
+  const int bh = bid / a.num_m_blocks;
+  BlockCoord c;
+  c.h = bh % a.heads;
+  c.b = bh / a.heads;
+  c.m_block = a.causal ? a.num_m_blocks - 1 - mb : mb;
+  return c;
+}
+
+// Number of key blocks that the rows [row0, row0 + block_m) of this block can see: 0 when none of
+// them sees a key (causal with Nq > Nk, or Nk == 0). Causal is bottom-right aligned: row i sees keys
+// j <= i + Nk - Nq.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int visible_key_blocks(const FwdArgs& a, int row0) {
+  int n_keys = a.seqlen_k;
+  if (a.causal) {
+    const int last_row = min(a.seqlen_q, row0 + kBlockM) - 1;
+    n_keys = min(n_keys, max(last_row + a.seqlen_k - a.seqlen_q + 1, 0));
+  }
+  return (n_keys + kBlockN - 1) / kBlockN;
+}
+
+// Copies [kRows x kChunks*16 bytes] tiles from global (row pitch row_bytes) to shared (row pitch
+// kPitchBytes) with cp.async; rows >= valid_rows and 16-byte chunks >= valid_chunks are zero-filled.
+// Thread layout: kTPR threads per row (the largest power of two <= 8 dividing kChunks), each taking
+// chunks c0, c0 + kTPR, ... of rows r0, r0 + kRowStep, ...: a thread keeps one 64-bit base and one
+// 64-bit row step, every other offset is an immediate, so the loader holds few registers across the
+// main loop.
+template <int kRows, int kChunks, int kPitchBytes, int kThreads>
+struct TileLoader {
+  static constexpr int kTPR = (kChunks % 8 == 0) ? 8 : (kChunks % 4 == 0) ? 4 : (kChunks % 2 == 0) ? 2 : 1;
+  static constexpr int kChunksPerThread = kChunks / kTPR;
+  static constexpr int kRowStep = kThreads / kTPR;
+  static constexpr int kPasses = kRows / kRowStep;
+  static_assert(kThreads % kTPR == 0 && kRows % kRowStep == 0, "tile rows must split evenly over the threads");
+
+  int r0, c0;
+  uint32_t s_off;  // this thread's first smem byte offset within the tile
+
+  __device__ __forceinline__ explicit TileLoader(int tid) {
+    r0 = tid / kTPR;
+    c0 = tid % kTPR;
+    s_off = r0 * kPitchBytes + c0 * 16;
+  }
+  // g: tile origin (row 0, column 0) in global memory.
+  __device__ __forceinline__ void load(uint32_t s_tile, const char* g, int64_t row_bytes, int valid_rows,
+                                       int valid_chunks) const {
+    const char* src = g + r0 * row_bytes + c0 * 16;
+    const int64_t step = kRowStep * row_bytes;
+    const int rows_left = valid_rows - r0;
+    const int chunks_left = valid_chunks - c0;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+#pragma unroll
+      for (int j = 0; j < kChunksPerThread; ++j) {
+        const bool pred = i * kRowStep < rows_left && j * kTPR < chunks_left;
+        cp_async_16(s_tile + s_off + i * kRowStep * kPitchBytes + j * kTPR * 16,
+                    pred ? src + i * step + j * kTPR * 16 : g, pred);
+      }
+    }
+  }
+};
+
+// Every row of this block sees no key: O = 0 and lse = +inf (the API's convention).
+template <int kBlockM, int kThreads>
+__device__ __forceinline__ void write_empty_rows(const FwdArgs& a, char* go, float* glse, int q_rows,
+                                                 int elem_bytes, int tid) {
+  const int chunks = a.head_dim * elem_bytes / 16;
+  for (int idx = tid; idx < q_rows * chunks; idx += kThreads) {
+    const int r = idx / chunks, c = idx % chunks;
+    *reinterpret_cast<uint4*>(go + r * a.o_row * elem_bytes + c * 16) = make_uint4(0, 0, 0, 0);
+  }
+  if (glse != nullptr) {
+    for (int r = tid; r < q_rows; r += kThreads) glse[r] = INFINITY;
+  }
+}
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+}  // namespace cuda
+}  // namespace fa

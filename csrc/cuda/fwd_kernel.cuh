@@ -1,0 +1,290 @@
+// FlashAttention-2 forward for fp16 / bf16 on sm_80+ (mma.sync m16n8k16, fp32 accumulation).
+//
+// One thread block per (row block of kBlockM queries, head, batch). Warp w owns rows
+// [w * kRowsPerWarp, (w + 1) * kRowsPerWarp) of the block outright: its S tile, row max, row sum and
+// O accumulator live in its registers, so the softmax needs only quad shuffles, never shared memory.
+//
+// Pipeline per key block n (descending, so the masked diagonal / ragged blocks come first),
+// kStages = 1 (one K and one V buffer, as FlashAttention-2 does):
+//   wait K(n); barrier; start V(n) -> smem       (V(n) loads while S = Q K(n)^T runs)
+//   S = Q K^T; mask (only on blocks that need it)
+//   wait V(n); barrier; start K(n-1) -> smem     (K(n-1) loads during the softmax and P V)
+// kStages = 2 (K and V double-buffered): wait K(n), V(n); barrier; start K(n-1), V(n-1) into the
+//   other stage; then S, mask, softmax, P V all on stage n: one barrier per key block.
+// Then, either way:
+//   online softmax in exp2 form: m = max(m, rowmax S); p = 2^(S*scale*log2e - m*scale*log2e)
+//   O = O * 2^(m_old - m_new) + P V, with P converted to fp16/bf16 in registers: the C fragments of
+//   two adjacent n8 tiles of S are exactly the A fragment of one k16 slice of P.
+// O is normalised once at the end, staged through this warp's rows of the Q region of shared memory
+// and written with 16-byte stores; lse = m * scale + ln(l).
+#pragma once
+#include "cuda/fwd_common.cuh"
+#include "cuda/fwd_traits.cuh"
+
+namespace fa {
+namespace cuda {
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const FwdArgs a) {
+  using T = typename Tr::T;
+  constexpr int W = Tr::kHeadDim;
+  constexpr int BM = Tr::kBlockM;
+  constexpr int BN = Tr::kBlockN;
+  constexpr int kMT = Tr::kMTiles;
+  constexpr int kPB = Tr::kPitch * 2;  // smem row pitch, bytes
+  constexpr int kThreads = Tr::kThreads;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK = sQ + Tr::kSmemQ;                   // kStages K buffers
+  const uint32_t sV = sK + Tr::kStages * Tr::kSmemK;     // kStages V buffers
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const BlockCoord bc = block_coord(a);
+  const int row0 = bc.m_block * BM;
+  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const int q_rows = min(BM, Nq - row0);
+  const int valid_chunks = a.head_dim / 8;
+  const int hk = bc.h / a.group;
+
+  const char* gq = static_cast<const char*>(a.q) + 2 * (bc.b * a.q_batch + bc.h * a.q_head + row0 * a.q_row);
+  const char* gk = static_cast<const char*>(a.k) + 2 * (bc.b * a.k_batch + hk * a.k_head);
+  const char* gv = static_cast<const char*>(a.v) + 2 * (bc.b * a.v_batch + hk * a.v_head);
+  char* go = static_cast<char*>(a.o) + 2 * (bc.b * a.o_batch + bc.h * a.o_head + row0 * a.o_row);
+  float* glse = a.lse == nullptr ? nullptr
+                                 : a.lse + (static_cast<int64_t>(bc.b) * a.heads + bc.h) * Nq + row0;
+
+  const int n_blocks = visible_key_blocks<BM, BN>(a, row0);
+  if (n_blocks <= 0) {
+    write_empty_rows<BM, kThreads>(a, go, glse, q_rows, 2, tid);
+    return;
+  }
+
+  // Prologue: Q tile and the last K tile in flight together.
+  const TileLoader<BM, Tr::kChunksPerRow, kPB, kThreads> q_loader(tid);
+  const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> k_loader(tid);
+  const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> v_loader(tid);
+  q_loader.load(sQ, gq, a.q_row * 2, q_rows, valid_chunks);
+  cp_async_commit();
+  int n = n_blocks - 1;
+  k_loader.load(sK, gk + n * BN * a.k_row * 2, a.k_row * 2, Nk - n * BN, valid_chunks);
+  if constexpr (Tr::kStages == 2) v_loader.load(sV, gv + n * BN * a.v_row * 2, a.v_row * 2, Nk - n * BN, valid_chunks);
+  cp_async_commit();
+
+  // Per-lane ldmatrix row addresses. Pattern A (Q as the A operand, V via .trans): matrices
+  // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15).
+  // Pattern B (K as the B operand of two n8 tiles): (keys 0-7, d 0-7), (keys 0-7, d 8-15),
+  // (keys 8-15, d 0-7), (keys 8-15, d 8-15).
+  const int wrow0 = warp * Tr::kRowsPerWarp;
+  const uint32_t offA = ((lane & 7) + ((lane >> 3) & 1) * 8) * kPB + (lane >> 4) * 16;
+  const uint32_t offB = ((lane & 7) + (lane >> 4) * 8) * kPB + ((lane >> 3) & 1) * 16;
+  const uint32_t sQw = sQ + wrow0 * kPB + offA;
+  const uint32_t sKl = sK + offB;
+  const uint32_t sVl = sV + offA;
+  const int g = lane >> 2, t = lane & 3;
+  const float sl2 = a.scale_log2;
+
+  uint32_t qf[Tr::kQInRegs ? kMT : 1][Tr::kQInRegs ? W / 16 : 1][4];
+  if constexpr (Tr::kQInRegs) {
+    cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks) ldmatrix_x4(qf[mt][ks], sQw + mt * 16 * kPB + ks * 32);
+  }
+
+  float o[kMT][W / 8][4];
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < W / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  for (int it = 0; n >= 0; --n, ++it) {
+    float s[kMT][BN / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+
+    // Byte offset of the stage holding block n (always 0 when single-buffered).
+    const uint32_t stage = Tr::kStages == 2 ? (it & 1) * Tr::kSmemK : 0;
+    cp_async_wait<0>();
+    __syncthreads();  // block n's tiles visible to all; every warp is done with block n+1's buffers
+    if constexpr (Tr::kStages == 2) {
+      if (n > 0) {
+        const uint32_t next = stage ^ Tr::kSmemK;
+        k_loader.load(sK + next, gk + (n - 1) * BN * a.k_row * 2, a.k_row * 2, Nk - (n - 1) * BN, valid_chunks);
+        v_loader.load(sV + next, gv + (n - 1) * BN * a.v_row * 2, a.v_row * 2, Nk - (n - 1) * BN, valid_chunks);
+        cp_async_commit();
+      }
+    } else {
+      v_loader.load(sV, gv + n * BN * a.v_row * 2, a.v_row * 2, Nk - n * BN, valid_chunks);
+      cp_async_commit();
+    }
+
+    // S = Q K^T
+#pragma unroll
+    for (int ks = 0; ks < W / 16; ++ks) {
+      uint32_t qa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        if constexpr (Tr::kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[mt][e] = qf[mt][ks][e];
+        } else {
+          ldmatrix_x4(qa[mt], sQw + mt * 16 * kPB + ks * 32);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, sKl + stage + np * 16 * kPB + ks * 32);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+          mma_16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+        }
+      }
+    }
+
+    if (a.negate_s) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = -s[mt][nt][e];
+    }
+    // Keys >= Nk, and (causal) keys j > i + Nk - Nq, get -inf. Only the ragged last key block and the
+    // blocks crossing the diagonal of the first row of this block need it.
+    if ((n + 1) * BN > Nk || (a.causal && (n + 1) * BN - 1 > row0 + Nk - Nq)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = row0 + wrow0 + mt * 16 + g + 8 * hr;
+          int lim = a.causal ? min(Nk, row + Nk - Nq + 1) : Nk;
+          lim -= n * BN + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e >= lim) s[mt][nt][2 * hr + e] = -INFINITY;
+        }
+    }
+
+    if constexpr (Tr::kStages == 1) {
+      cp_async_wait<0>();
+      __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
+      if (n > 0) {
+        k_loader.load(sK, gk + (n - 1) * BN * a.k_row * 2, a.k_row * 2, Nk - (n - 1) * BN, valid_chunks);
+        cp_async_commit();
+      }
+    }
+
+    // Online softmax (base 2). m_sc = m * scale * log2(e), 0 while the row has seen no key, so that
+    // masked entries give 2^-inf = 0 and never NaN.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float m_old = row_max[mt][hr];
+        float mx = m_old;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_sc = mx == -INFINITY ? 0.f : mx * sl2;
+        const float alpha = m_old == -INFINITY ? 0.f : fast_exp2(fmaf(m_old, sl2, -m_sc));
+        row_max[mt][hr] = mx;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc));
+            s[mt][nt][2 * hr + e] = p;
+            rs += p;
+          }
+        row_sum[mt][hr] = fmaf(row_sum[mt][hr], alpha, rs);
+#pragma unroll
+        for (int dt = 0; dt < W / 8; ++dt) {
+          o[mt][dt][2 * hr] *= alpha;
+          o[mt][dt][2 * hr + 1] *= alpha;
+        }
+      }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[mt][0] = pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < W / 16; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, sVl + stage + kk * 16 * kPB + dp * 32);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_16816<T>(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+          mma_16816<T>(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  // Epilogue. Rows that saw no key (l == 0) get O = 0 and lse = +inf. Each warp stages only its own
+  // rows of the Q region, so a warp-level barrier suffices (Q reads by this warp are complete: their
+  // results fed the last mma).
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = row_sum[mt][hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const bool seen = l > 0.f;
+      const float inv = seen ? 1.f / l : 0.f;
+      const int r = wrow0 + mt * 16 + g + 8 * hr;
+      if (glse != nullptr && t == 0 && row0 + r < Nq)
+        glse[r] = seen ? (row_max[mt][hr] * sl2 + fast_log2(l)) * kLn2 : INFINITY;
+#pragma unroll
+      for (int dt = 0; dt < W / 8; ++dt) {
+        const uint32_t packed = pack2<T>(o[mt][dt][2 * hr] * inv, o[mt][dt][2 * hr + 1] * inv);
+        *reinterpret_cast<uint32_t*>(smem + r * kPB + dt * 16 + t * 4) = packed;
+      }
+    }
+  __syncwarp();
+  constexpr int kWarpChunks = Tr::kRowsPerWarp * Tr::kChunksPerRow;
+  static_assert(kWarpChunks % 32 == 0, "whole chunks per lane");
+#pragma unroll
+  for (int i = 0; i < kWarpChunks / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = wrow0 + idx / Tr::kChunksPerRow;
+    const int c = idx % Tr::kChunksPerRow;
+    if (row0 + r < Nq && c < valid_chunks) {
+      const uint4 val = *reinterpret_cast<const uint4*>(smem + r * kPB + c * 16);
+      *reinterpret_cast<uint4*>(go + r * a.o_row * 2 + c * 16) = val;
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace fa

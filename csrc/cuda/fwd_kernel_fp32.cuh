@@ -1,0 +1,281 @@
+// Forward for fp32 inputs at fp32 accuracy: the same block / warp / pipeline structure as
+// fwd_kernel.cuh, with every product done as 3xTF32 on mma.sync m16n8k8: x = hi + lo (hi the nearest
+// tf32, lo the remainder), a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi, accumulated in fp32. The dropped
+// a_lo*b_lo term and lo's own truncation are ~2^-22 relative, so S and O carry about fp32 error
+// (relative L2 ~1e-6 vs float64) at tensor-core rates, provided no accumulator takes too many mma
+// adds: the tensor cores round the fp32 accumulator toward zero, and that bias adds up coherently.
+// S is therefore summed in 32-column chunks and O per key block, each chunk folded in with a
+// round-to-nearest FADD / FFMA (see the two loops below).
+//
+// The reduction dimension of each mma may be visited in any order, which removes every shuffle:
+//   S = Q K^T, k-step of 8 head-dim columns: slot t <-> column 2t, slot t+4 <-> column 2t+1, so each
+//   lane reads Q[row][2t..2t+1] and K[key][2t..2t+1] as one float2.
+//   O = P V, k-step of 8 keys: slot t <-> key 2t, slot t+4 <-> key 2t+1, which is exactly where the
+//   S accumulator (C fragment) already holds P: a = (c0, c2, c1, c3); V is read as V[2t][g], V[2t+1][g].
+#pragma once
+#include "cuda/fwd_common.cuh"
+#include "cuda/fwd_traits.cuh"
+
+namespace fa {
+namespace cuda {
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(const FwdArgs a) {
+  constexpr int W = Tr::kHeadDim;
+  constexpr int BM = Tr::kBlockM;
+  constexpr int BN = Tr::kBlockN;
+  constexpr int kMT = Tr::kMTiles;
+  constexpr int PQ = Tr::kPitchQK;  // floats
+  constexpr int PV = Tr::kPitchV;
+  constexpr int kThreads = Tr::kThreads;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* const fQ = reinterpret_cast<float*>(smem);
+  float* const fK = fQ + BM * PQ;
+  float* const fV = fK + BN * PQ;
+  const uint32_t sQ = smem_u32(fQ), sK = smem_u32(fK), sV = smem_u32(fV);
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const BlockCoord bc = block_coord(a);
+  const int row0 = bc.m_block * BM;
+  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const int q_rows = min(BM, Nq - row0);
+  const int valid_chunks = a.head_dim / 4;
+  const int hk = bc.h / a.group;
+
+  const char* gq = static_cast<const char*>(a.q) + 4 * (bc.b * a.q_batch + bc.h * a.q_head + row0 * a.q_row);
+  const char* gk = static_cast<const char*>(a.k) + 4 * (bc.b * a.k_batch + hk * a.k_head);
+  const char* gv = static_cast<const char*>(a.v) + 4 * (bc.b * a.v_batch + hk * a.v_head);
+  char* go = static_cast<char*>(a.o) + 4 * (bc.b * a.o_batch + bc.h * a.o_head + row0 * a.o_row);
+  float* glse = a.lse == nullptr ? nullptr
+                                 : a.lse + (static_cast<int64_t>(bc.b) * a.heads + bc.h) * Nq + row0;
+
+  const int n_blocks = visible_key_blocks<BM, BN>(a, row0);
+  if (n_blocks <= 0) {
+    write_empty_rows<BM, kThreads>(a, go, glse, q_rows, 4, tid);
+    return;
+  }
+
+  const TileLoader<BM, Tr::kChunksPerRow, PQ * 4, kThreads> q_loader(tid);
+  const TileLoader<BN, Tr::kChunksPerRow, PQ * 4, kThreads> k_loader(tid);
+  const TileLoader<BN, Tr::kChunksPerRow, PV * 4, kThreads> v_loader(tid);
+  q_loader.load(sQ, gq, a.q_row * 4, q_rows, valid_chunks);
+  cp_async_commit();
+  int n = n_blocks - 1;
+  k_loader.load(sK, gk + n * BN * a.k_row * 4, a.k_row * 4, Nk - n * BN,
+                                                     valid_chunks);
+  cp_async_commit();
+
+  const int g = lane >> 2, t = lane & 3;
+  const int wrow0 = warp * Tr::kRowsPerWarp;
+  const float* const qw = fQ + (wrow0 + g) * PQ + 2 * t;  // this lane's Q row g, columns 2t, 2t+1
+  const float* const kl = fK + g * PQ + 2 * t;
+  const float* const vl = fV + 2 * t * PV + g;
+  const float sl2 = a.scale_log2;
+
+  float o[kMT][W / 8][4];
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < W / 8; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  for (; n >= 0; --n) {
+    float s[kMT][BN / 8][4];
+
+    cp_async_wait<0>();
+    __syncthreads();
+    v_loader.load(sV, gv + n * BN * a.v_row * 4, a.v_row * 4, Nk - n * BN,
+                                                       valid_chunks);
+    cp_async_commit();
+
+    // S = Q K^T (3xTF32). The tensor cores round their fp32 accumulator toward zero, a bias that
+    // grows with the number of mma adds into one accumulator (93 at D 248: measured rel. L2 1.1e-5);
+    // so each chunk of kSChunkSteps * 8 head-dim columns goes to a fresh accumulator that is folded
+    // into S with a round-to-nearest FADD.
+    constexpr int kCS = Tr::kSChunkSteps;
+#pragma unroll
+    for (int c = 0; c < W / (8 * kCS); ++c) {
+      float t[kMT][BN / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) t[mt][nt][e] = 0.f;
+#pragma unroll
+      for (int kq = 0; kq < kCS; ++kq) {
+        const int ks = c * kCS + kq;
+        uint32_t ah[kMT][4], al[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const float2 top = *reinterpret_cast<const float2*>(qw + mt * 16 * PQ + ks * 8);
+          const float2 bot = *reinterpret_cast<const float2*>(qw + (mt * 16 + 8) * PQ + ks * 8);
+          split_tf32(top.x, ah[mt][0], al[mt][0]);
+          split_tf32(bot.x, ah[mt][1], al[mt][1]);
+          split_tf32(top.y, ah[mt][2], al[mt][2]);
+          split_tf32(bot.y, ah[mt][3], al[mt][3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+          const float2 kv = *reinterpret_cast<const float2*>(kl + nt * 8 * PQ + ks * 8);
+          uint32_t bh0, bl0, bh1, bl1;
+          split_tf32(kv.x, bh0, bl0);
+          split_tf32(kv.y, bh1, bl1);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_1688_tf32(t[mt][nt], al[mt], bh0, bh1);
+            mma_1688_tf32(t[mt][nt], ah[mt], bl0, bl1);
+            mma_1688_tf32(t[mt][nt], ah[mt], bh0, bh1);
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = c == 0 ? t[mt][nt][e] : s[mt][nt][e] + t[mt][nt][e];
+    }
+
+    if (a.negate_s) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = -s[mt][nt][e];
+    }
+    if ((n + 1) * BN > Nk || (a.causal && (n + 1) * BN - 1 > row0 + Nk - Nq)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = row0 + wrow0 + mt * 16 + g + 8 * hr;
+          int lim = a.causal ? min(Nk, row + Nk - Nq + 1) : Nk;
+          lim -= n * BN + 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e >= lim) s[mt][nt][2 * hr + e] = -INFINITY;
+        }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();
+    if (n > 0) {
+      k_loader.load(sK, gk + (n - 1) * BN * a.k_row * 4, a.k_row * 4,
+                                                         Nk - (n - 1) * BN, valid_chunks);
+      cp_async_commit();
+    }
+
+    float alphas[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float m_old = row_max[mt][hr];
+        float mx = m_old;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_sc = mx == -INFINITY ? 0.f : mx * sl2;
+        const float alpha = m_old == -INFINITY ? 0.f : fast_exp2(fmaf(m_old, sl2, -m_sc));
+        row_max[mt][hr] = mx;
+        float rs = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc));
+            s[mt][nt][2 * hr + e] = p;
+            rs += p;
+          }
+        row_sum[mt][hr] = fmaf(row_sum[mt][hr], alpha, rs);
+        alphas[mt][hr] = alpha;  // O is rescaled when this block's P V is folded in
+      }
+
+    // O = O * alpha + P V (3xTF32). This key block's P V goes to a fresh accumulator (at most
+    // kBlockN / 8 * 3 mma adds, see the S comment) folded into O with one round-to-nearest FFMA,
+    // which is also the online-softmax rescale. The A fragment of k-step kk comes straight from S's
+    // C fragment of n8 tile kk.
+    uint32_t ph[kMT][BN / 8][4], pl[kMT][BN / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < BN / 8; ++kk) {
+        split_tf32(s[mt][kk][0], ph[mt][kk][0], pl[mt][kk][0]);
+        split_tf32(s[mt][kk][2], ph[mt][kk][1], pl[mt][kk][1]);
+        split_tf32(s[mt][kk][1], ph[mt][kk][2], pl[mt][kk][2]);
+        split_tf32(s[mt][kk][3], ph[mt][kk][3], pl[mt][kk][3]);
+      }
+#pragma unroll
+    for (int dt = 0; dt < W / 8; ++dt) {
+      float t[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) t[mt][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < BN / 8; ++kk) {
+        uint32_t bh0, bl0, bh1, bl1;
+        split_tf32(vl[kk * 8 * PV + dt * 8], bh0, bl0);
+        split_tf32(vl[(kk * 8 + 1) * PV + dt * 8], bh1, bl1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_1688_tf32(t[mt], pl[mt][kk], bh0, bh1);
+          mma_1688_tf32(t[mt], ph[mt][kk], bl0, bl1);
+          mma_1688_tf32(t[mt], ph[mt][kk], bh0, bh1);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mt][dt][e] = fmaf(o[mt][dt][e], alphas[mt][e >> 1], t[mt][e]);
+    }
+  }
+
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = row_sum[mt][hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const bool seen = l > 0.f;
+      const float inv = seen ? 1.f / l : 0.f;
+      const int r = wrow0 + mt * 16 + g + 8 * hr;
+      if (glse != nullptr && t == 0 && row0 + r < Nq)
+        glse[r] = seen ? (row_max[mt][hr] * sl2 + log2f(l)) * kLn2 : INFINITY;
+#pragma unroll
+      for (int dt = 0; dt < W / 8; ++dt)
+        *reinterpret_cast<float2*>(fQ + r * PQ + dt * 8 + 2 * t) =
+            make_float2(o[mt][dt][2 * hr] * inv, o[mt][dt][2 * hr + 1] * inv);
+    }
+  __syncwarp();
+  constexpr int kWarpChunks = Tr::kRowsPerWarp * Tr::kChunksPerRow;
+  static_assert(kWarpChunks % 32 == 0, "whole chunks per lane");
+#pragma unroll
+  for (int i = 0; i < kWarpChunks / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = wrow0 + idx / Tr::kChunksPerRow;
+    const int c = idx % Tr::kChunksPerRow;
+    if (row0 + r < Nq && c < valid_chunks) {
+      const float4 val = *reinterpret_cast<const float4*>(fQ + r * PQ + c * 4);
+      *reinterpret_cast<float4*>(go + r * a.o_row * 4 + c * 16) = val;
+    }
+  }
+}
+
+}  // namespace cuda
+}  // namespace fa

@@ -1,0 +1,740 @@
+// fwd_check: correctness and speed of fa_fwd_cuda on one GPU, without Node.js.
+//
+//   fwd_check                 random-shape correctness (>= 300 cases), error paths, then timing
+//   fwd_check --small         a few small shapes only (for compute-sanitizer memcheck / racecheck)
+//   fwd_check --check-only | --bench-only | --cases N | --seed S | --reps N
+//   (built with -DFA_TUNE: also times the tile variants listed in tune_variants())
+//
+// Correctness: inputs are random normal (fresh per case, fixed seeds), outputs poisoned with NaN
+// first. The reference is a naive float64 CPU attention on the same (rounded) inputs. fp16/bf16
+// pass when max|ours - ref| <= 2 * max|naive_lowp - ref| + 1e-5, where naive_lowp rounds S to the
+// dtype, does the softmax in fp32, rounds P to the dtype, accumulates P V in fp32 and rounds the
+// output (the flash-attn rule); fp32 passes when ||ours - ref|| / ||ref|| <= 1e-5. lse is checked
+// against the float64 log-sum-exp (+inf for rows that see no key); gaps in strided outputs must stay
+// poisoned.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fa_core.h"
+
+#ifdef FA_TUNE
+#include "cuda/fwd_launch.cuh"
+#endif
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+      exit(2);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+namespace {
+
+// ---- host helpers ---------------------------------------------------------------------------------
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567ull) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    const double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  int pick(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
+};
+
+int elem_size(fa_dtype t) { return t == FA_FLOAT32 ? 4 : 2; }
+const char* dname(fa_dtype t) { return t == FA_FLOAT32 ? "fp32" : t == FA_FLOAT16 ? "fp16" : "bf16"; }
+
+// Round a float to the dtype and back (what the GPU sees).
+float round_to(fa_dtype t, float x) {
+  if (t == FA_FLOAT16) return __half2float(__float2half_rn(x));
+  if (t == FA_BFLOAT16) return __bfloat162float(__float2bfloat16_rn(x));
+  return x;
+}
+void store_elem(fa_dtype t, void* base, size_t i, float x) {
+  if (t == FA_FLOAT32) {
+    static_cast<float*>(base)[i] = x;
+  } else if (t == FA_FLOAT16) {
+    __half h = __float2half_rn(x);
+    memcpy(static_cast<char*>(base) + 2 * i, &h, 2);
+  } else {
+    __nv_bfloat16 h = __float2bfloat16_rn(x);
+    memcpy(static_cast<char*>(base) + 2 * i, &h, 2);
+  }
+}
+float load_elem(fa_dtype t, const void* base, size_t i) {
+  if (t == FA_FLOAT32) return static_cast<const float*>(base)[i];
+  uint16_t bits;
+  memcpy(&bits, static_cast<const char*>(base) + 2 * i, 2);
+  if (t == FA_FLOAT16) {
+    __half h;
+    memcpy(&h, &bits, 2);
+    return __half2float(h);
+  }
+  __nv_bfloat16 h;
+  memcpy(&h, &bits, 2);
+  return __bfloat162float(h);
+}
+bool is_poison(fa_dtype t, const void* base, size_t i) {
+  const unsigned char* p = static_cast<const unsigned char*>(base) + elem_size(t) * i;
+  for (int k = 0; k < elem_size(t); ++k)
+    if (p[k] != 0xFF) return false;
+  return true;
+}
+
+void parallel_for(int n, const std::function<void(int)>& f) {
+  const int nt = std::max(1, std::min<int>(n, static_cast<int>(std::thread::hardware_concurrency())));
+  std::atomic<int> next{0};
+  std::vector<std::thread> th;
+  for (int t = 0; t < nt; ++t)
+    th.emplace_back([&] {
+      for (int i; (i = next.fetch_add(1)) < n;) f(i);
+    });
+  for (auto& x : th) x.join();
+}
+
+// ---- one test case ----------------------------------------------------------------------------------
+enum Layout { BSHD = 0, BHSD = 1, GAPPED = 2 };
+const char* lname(int l) { return l == BSHD ? "bshd" : l == BHSD ? "bhsd" : "gapped"; }
+
+struct Case {
+  fa_dtype dtype;
+  int B, H, Hkv, Nq, Nk, D;
+  int causal;
+  int layout;
+  float scale;
+};
+
+// Strides of a [B, N, H, D] tensor in the given layout; GAPPED pads each head to D + 8 and each
+// batch by 8 more elements so that the gaps can be checked for stray writes.
+fa_strides make_strides(int layout, int N, int H, int D) {
+  if (layout == BSHD) return fa_strides_bshd(N, H, D);
+  if (layout == BHSD) return fa_strides_bhsd(N, H, D);
+  fa_strides s;
+  s.head = D + 8;
+  s.row = static_cast<int64_t>(H) * (D + 8);
+  s.batch = s.row * N + 8;
+  return s;
+}
+size_t span(const fa_strides& s, int B, int N, int H, int D) {
+  if (B == 0 || N == 0 || H == 0) return 8;
+  return (B - 1) * s.batch + (N - 1) * s.row + (H - 1) * s.head + D + 8;
+}
+
+struct HostTensor {
+  fa_dtype dtype;
+  fa_strides str;
+  int B, N, H, D;
+  std::vector<unsigned char> data;
+  std::vector<float> val;  // dense [B, N, H, D] values as the GPU sees them (rounded)
+  void init(fa_dtype t, int layout, int b, int n, int h, int d) {
+    dtype = t, B = b, N = n, H = h, D = d;
+    str = make_strides(layout, n, h, d);
+    data.assign(span(str, b, n, h, d) * elem_size(t), 0xFF);  // gaps: NaN
+    val.assign(static_cast<size_t>(b) * n * h * d, 0.f);
+  }
+  size_t off(int b, int n, int h) const { return b * str.batch + n * str.row + h * str.head; }
+  size_t dense(int b, int n, int h) const { return ((static_cast<size_t>(b) * N + n) * H + h) * D; }
+  void fill_random(Rng& rng) {
+    for (int b = 0; b < B; ++b)
+      for (int n = 0; n < N; ++n)
+        for (int h = 0; h < H; ++h)
+          for (int d = 0; d < D; ++d) {
+            const float x = round_to(dtype, static_cast<float>(rng.normal()));
+            store_elem(dtype, data.data(), off(b, n, h) + d, x);
+            val[dense(b, n, h) + d] = x;
+          }
+  }
+};
+
+struct RefOut {
+  std::vector<double> o;    // [B, Nq, H, D]
+  std::vector<double> lse;  // [B, H, Nq]
+  std::vector<float> naive; // fp16/bf16 naive low-precision output
+};
+
+void reference(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor& v, RefOut& r) {
+  const int B = c.B, H = c.H, Nq = c.Nq, Nk = c.Nk, D = c.D, grp = c.H / c.Hkv;
+  const bool lowp = c.dtype != FA_FLOAT32;
+  r.o.assign(static_cast<size_t>(B) * Nq * H * D, 0.0);
+  r.lse.assign(static_cast<size_t>(B) * H * Nq, 0.0);
+  if (lowp) r.naive.assign(r.o.size(), 0.f);
+  parallel_for(B * H, [&](int bh) {
+    const int b = bh / H, h = bh % H, hk = h / grp;
+    std::vector<double> s(Nk);
+    std::vector<float> s32(Nk), p32(Nk);
+    for (int i = 0; i < Nq; ++i) {
+      const float* qi = &q.val[q.dense(b, i, h)];
+      int lim = Nk;
+      if (c.causal) lim = std::min(Nk, std::max(0, i + Nk - Nq + 1));
+      double* out = &r.o[q.dense(b, i, h)];
+      double& lse = r.lse[(static_cast<size_t>(b) * H + h) * Nq + i];
+      if (lim == 0) {
+        lse = INFINITY;
+        continue;  // o stays 0, naive stays 0
+      }
+      double m = -INFINITY;
+      for (int j = 0; j < lim; ++j) {
+        const float* kj = &k.val[k.dense(b, j, hk)];
+        double acc = 0;
+        float acc32 = 0;
+        for (int d = 0; d < D; ++d) {
+          acc += static_cast<double>(qi[d]) * kj[d];
+          acc32 += qi[d] * kj[d];
+        }
+        s[j] = acc * c.scale;
+        m = std::max(m, s[j]);
+        if (lowp) s32[j] = round_to(c.dtype, acc32 * c.scale);
+      }
+      double l = 0;
+      for (int j = 0; j < lim; ++j) l += std::exp(s[j] - m);
+      lse = m + std::log(l);
+      for (int j = 0; j < lim; ++j) {
+        const double p = std::exp(s[j] - m) / l;
+        const float* vj = &v.val[v.dense(b, j, hk)];
+        for (int d = 0; d < D; ++d) out[d] += p * vj[d];
+      }
+      if (lowp) {
+        float m32 = -INFINITY;
+        for (int j = 0; j < lim; ++j) m32 = std::max(m32, s32[j]);
+        float l32 = 0;
+        for (int j = 0; j < lim; ++j) l32 += (p32[j] = std::exp(s32[j] - m32));
+        std::vector<float> acc(D, 0.f);
+        for (int j = 0; j < lim; ++j) {
+          const float p = round_to(c.dtype, p32[j] / l32);
+          const float* vj = &v.val[v.dense(b, j, hk)];
+          for (int d = 0; d < D; ++d) acc[d] += p * vj[d];
+        }
+        float* nv = &r.naive[q.dense(b, i, h)];
+        for (int d = 0; d < D; ++d) nv[d] = round_to(c.dtype, acc[d]);
+      }
+    }
+  });
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  size_t n = 0;
+  void alloc(size_t bytes) {
+    n = bytes;
+    CK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+  }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+};
+
+fa_fwd_params make_params(const Case& c) {
+  fa_fwd_params p;
+  memset(&p, 0, sizeof(p));
+  p.q_str = make_strides(c.layout, c.Nq, c.H, c.D);
+  p.k_str = make_strides(c.layout, c.Nk, c.Hkv, c.D);
+  p.v_str = p.k_str;
+  p.o_str = p.q_str;
+  p.batch = c.B, p.seqlen_q = c.Nq, p.seqlen_k = c.Nk, p.heads = c.H, p.heads_k = c.Hkv, p.head_dim = c.D;
+  p.scale = c.scale;
+  p.causal = c.causal;
+  p.dtype = c.dtype;
+  return p;
+}
+
+// Random normal fill on the GPU (hash + Box-Muller) for the large timing inputs.
+__global__ void fill_normal_kernel(void* dst, size_t n, int dtype, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (seed << 40) + i + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u1 = ((z >> 40) + 0.5f) * (1.f / 16777216.f);
+    const float u2 = ((z & 0xFFFFFF) + 0.5f) * (1.f / 16777216.f);
+    const float x = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+    if (dtype == FA_FLOAT32) static_cast<float*>(dst)[i] = x;
+    else if (dtype == FA_FLOAT16) static_cast<__half*>(dst)[i] = __float2half_rn(x);
+    else static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(x);
+  }
+}
+
+using FwdFn = std::function<fa_status(const fa_fwd_params*, cudaStream_t)>;
+
+struct CaseResult {
+  bool ok;
+  double err, tol, lse_err;
+  std::string why;
+};
+
+CaseResult run_case(const Case& c, uint64_t seed, cudaStream_t stream, const FwdFn& fwd) {
+  Rng rng(seed);
+  HostTensor q, k, v;
+  q.init(c.dtype, c.layout, c.B, c.Nq, c.H, c.D);
+  k.init(c.dtype, c.layout, c.B, c.Nk, c.Hkv, c.D);
+  v.init(c.dtype, c.layout, c.B, c.Nk, c.Hkv, c.D);
+  q.fill_random(rng);
+  k.fill_random(rng);
+  v.fill_random(rng);
+  const size_t o_elems = span(q.str, c.B, c.Nq, c.H, c.D);
+  const size_t lse_elems = static_cast<size_t>(c.B) * c.H * c.Nq;
+
+  DevBuf dq, dk, dv, dout, dlse;
+  dq.alloc(q.data.size());
+  dk.alloc(k.data.size());
+  dv.alloc(v.data.size());
+  dout.alloc(o_elems * elem_size(c.dtype));
+  dlse.alloc(lse_elems * 4);
+  CK(cudaMemcpy(dq.p, q.data.data(), q.data.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dk.p, k.data.data(), k.data.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dv.p, v.data.data(), v.data.size(), cudaMemcpyHostToDevice));
+  // Poison on the launch stream itself (a legacy-stream memset would not be ordered before it).
+  CK(cudaMemsetAsync(dout.p, 0xFF, dout.n, stream));
+  CK(cudaMemsetAsync(dlse.p, 0xFF, dlse.n, stream));
+
+  fa_fwd_params p = make_params(c);
+  p.q = dq.p, p.k = dk.p, p.v = dv.p, p.o = dout.p, p.lse = static_cast<float*>(dlse.p);
+  const fa_status st = fwd(&p, stream);
+  CaseResult res{false, 0, 0, 0, ""};
+  if (st != FA_OK) {
+    res.why = std::string("status ") + fa_status_name(st) + ": " + fa_last_error();
+    return res;
+  }
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaGetLastError());
+  std::vector<unsigned char> o_host(dout.n);
+  std::vector<float> lse_host(lse_elems);
+  CK(cudaMemcpy(o_host.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(lse_host.data(), dlse.p, dlse.n, cudaMemcpyDeviceToHost));
+
+  RefOut ref;
+  reference(c, q, k, v, ref);
+
+  // Output values, and gaps untouched.
+  double max_err = 0, naive_err = 0, num = 0, den = 0;
+  bool nan_seen = false;
+  std::vector<char> covered(o_elems, 0);
+  for (int b = 0; b < c.B; ++b)
+    for (int i = 0; i < c.Nq; ++i)
+      for (int h = 0; h < c.H; ++h) {
+        const size_t go = q.off(b, i, h), dn = q.dense(b, i, h);
+        for (int d = 0; d < c.D; ++d) {
+          covered[go + d] = 1;
+          const double x = load_elem(c.dtype, o_host.data(), go + d);
+          const double r = ref.o[dn + d];
+          if (!std::isfinite(x)) nan_seen = true;
+          const double e = std::fabs(x - r);
+          max_err = std::max(max_err, e);
+          num += e * e;
+          den += r * r;
+          if (!ref.naive.empty()) naive_err = std::max(naive_err, std::fabs(ref.naive[dn + d] - r));
+        }
+      }
+  size_t stray = 0;
+  for (size_t i = 0; i < o_elems; ++i)
+    if (!covered[i] && !is_poison(c.dtype, o_host.data(), i)) ++stray;
+  double lse_err = 0;
+  size_t lse_bad = 0;
+  for (size_t i = 0; i < lse_elems; ++i) {
+    const double r = ref.lse[i], x = lse_host[i];
+    if (std::isinf(r)) {
+      if (!(std::isinf(x) && x > 0)) ++lse_bad;
+      continue;
+    }
+    const double e = std::fabs(x - r);
+    if (!(e <= 1e-4 * std::max(1.0, std::fabs(r)))) ++lse_bad;
+    if (!(e <= lse_err)) lse_err = std::isnan(e) ? INFINITY : std::max(lse_err, e);
+  }
+  res.lse_err = lse_err;
+  if (c.dtype == FA_FLOAT32) {
+    res.err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    res.tol = 1e-5;
+  } else {
+    res.err = max_err;
+    res.tol = 2 * naive_err + 1e-5;
+  }
+  res.ok = !nan_seen && res.err <= res.tol && stray == 0 && lse_bad == 0;
+  if (nan_seen) res.why += "non-finite output; ";
+  if (!(res.err <= res.tol)) res.why += "error over tolerance; ";
+  if (stray) res.why += std::to_string(stray) + " writes outside the output; ";
+  if (lse_bad) res.why += std::to_string(lse_bad) + " bad lse; ";
+  return res;
+}
+
+std::string describe(const Case& c) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s B%d H%d/%d Nq%d Nk%d D%d %s %s scale%.4g", dname(c.dtype), c.B, c.H, c.Hkv, c.Nq,
+           c.Nk, c.D, c.causal ? "causal" : "full", lname(c.layout), c.scale);
+  return buf;
+}
+
+std::vector<Case> make_cases(int n_random, uint64_t seed, bool small) {
+  std::vector<Case> cs;
+  auto add = [&](fa_dtype t, int B, int H, int Hkv, int Nq, int Nk, int D, int causal, int layout, float scale = 0) {
+    cs.push_back({t, B, H, Hkv, Nq, Nk, D, causal, layout, scale != 0 ? scale : 1.f / std::sqrt((float)D)});
+  };
+  const fa_dtype types[3] = {FA_FLOAT16, FA_BFLOAT16, FA_FLOAT32};
+  if (small) {
+    add(FA_FLOAT16, 1, 2, 1, 129, 200, 64, 1, BSHD);
+    add(FA_BFLOAT16, 1, 2, 2, 77, 65, 128, 0, GAPPED);
+    add(FA_FLOAT16, 1, 1, 1, 130, 7, 40, 1, BHSD);
+    add(FA_FLOAT16, 1, 2, 1, 64, 128, 256, 1, BSHD);
+    add(FA_FLOAT32, 1, 2, 1, 100, 90, 72, 1, GAPPED);
+    add(FA_FLOAT32, 1, 1, 1, 33, 70, 256, 0, BSHD);
+    add(FA_BFLOAT16, 1, 2, 1, 70, 150, 96, 1, BSHD);   // every tile width once
+    add(FA_FLOAT16, 1, 2, 2, 65, 64, 160, 0, BHSD);
+    add(FA_BFLOAT16, 1, 2, 1, 100, 33, 192, 1, GAPPED);
+    add(FA_FLOAT16, 1, 2, 1, 129, 129, 24, 1, BSHD);
+    add(FA_FLOAT32, 1, 2, 1, 140, 77, 32, 1, BSHD);
+    add(FA_FLOAT32, 1, 2, 2, 60, 200, 64, 0, BHSD);
+    return cs;
+  }
+  // Fixed edge cases, each dtype.
+  for (fa_dtype t : types) {
+    add(t, 1, 4, 1, 1, 1000, 128, 0, BSHD);      // decode-like, MQA
+    add(t, 2, 4, 2, 1, 1000, 64, 1, BHSD);       // decode, causal: sees every key
+    add(t, 1, 2, 2, 129, 7, 64, 1, BSHD);        // causal Nq > Nk: rows with no key
+    add(t, 1, 2, 1, 300, 1000, 256, 1, GAPPED);  // causal Nq < Nk
+    add(t, 2, 3, 3, 1000, 1000, 128, 1, BSHD);
+    add(t, 1, 2, 2, 5, 0, 32, 0, BSHD);          // no keys at all
+    add(t, 1, 2, 1, 127, 129, 80, 0, BSHD, -0.3f);  // negative scale
+    add(t, 1, 2, 1, 65, 63, 48, 1, BHSD, 1e-38f);   // ~zero scale: uniform attention
+    add(t, 1, 1, 1, 1, 1, 8, 1, BSHD);
+  }
+  // fp32 regressions: the tensor cores' round-toward-zero accumulation (fixed by chunked sums) shows
+  // with long dot products, many keys and a large scale (failed at rel. L2 1.14e-5 before the fix).
+  add(FA_FLOAT32, 2, 4, 4, 7, 1000, 248, 1, GAPPED, 2.f / std::sqrt(248.f));
+  add(FA_FLOAT32, 1, 2, 1, 64, 4096, 256, 0, BSHD, 2.f / std::sqrt(256.f));
+  add(FA_FLOAT32, 1, 2, 2, 33, 4000, 128, 1, BHSD, 2.f / std::sqrt(128.f));
+  add(FA_FLOAT32, 1, 1, 1, 16, 8192, 64, 0, BSHD, 2.f / std::sqrt(64.f));
+  const int lens[] = {1, 7, 16, 33, 64, 127, 128, 129, 200, 255, 256, 257, 384, 1000};
+  const int n_lens = sizeof(lens) / sizeof(lens[0]);
+  Rng rng(seed);
+  for (int i = 0; i < n_random; ++i) {
+    Case c;
+    c.dtype = types[i % 3];
+    c.D = 8 * (1 + (i / 3) % 32);
+    c.Nq = lens[rng.pick(n_lens)];
+    c.Nk = rng.pick(4) == 0 ? c.Nq : lens[rng.pick(n_lens)];
+    c.causal = rng.pick(2);
+    c.layout = rng.pick(3);
+    c.B = 1 + rng.pick(3);
+    const int hs[] = {1, 2, 3, 4, 6, 8};
+    c.H = hs[rng.pick(6)];
+    const int kind = rng.pick(3);
+    if (kind == 0) {
+      c.Hkv = c.H;
+    } else if (kind == 1) {
+      c.Hkv = 1;
+    } else {
+      std::vector<int> divs;
+      for (int d = 1; d <= c.H; ++d)
+        if (c.H % d == 0) divs.push_back(d);
+      c.Hkv = divs[rng.pick(static_cast<int>(divs.size()))];
+    }
+    const int sc = rng.pick(20);
+    c.scale = (sc == 0 ? -0.5f : sc == 1 ? 2.f : 1.f) / std::sqrt(static_cast<float>(c.D));
+    // Keep the CPU reference cheap.
+    while (static_cast<double>(c.B) * c.H * c.Nq * std::max(c.Nk, 1) * c.D > 4e7) {
+      if (c.B > 1) --c.B;
+      else if (c.H > 1) { c.H = c.H / 2 > 0 ? c.H / 2 : 1; c.Hkv = std::max(1, std::min(c.Hkv, c.H)); while (c.H % c.Hkv) --c.Hkv; }
+      else if (c.Nq > c.Nk) c.Nq = (c.Nq + 1) / 2;
+      else c.Nk = (c.Nk + 1) / 2;
+    }
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+int check_error_paths() {
+  int bad = 0;
+  auto expect = [&](const char* what, fa_status got, fa_status want) {
+    const bool ok = got == want;
+    printf("  %-58s %s (%s%s%s)\n", what, ok ? "ok" : "FAIL", fa_status_name(got), got ? ": " : "",
+           got ? fa_last_error() : "");
+    if (!ok) ++bad;
+  };
+  DevBuf buf;
+  buf.alloc(1 << 20);
+  Case c{FA_FLOAT16, 1, 2, 1, 64, 64, 64, 0, BSHD, 0.125f};
+  fa_fwd_params p = make_params(c);
+  p.q = p.k = p.v = p.o = buf.p;
+  p.lse = static_cast<float*>(buf.p);
+  fa_fwd_params x = p;
+  x.head_dim = 12;
+  expect("head_dim 12 -> UNSUPPORTED", fa_fwd_cuda(&x, nullptr), FA_ERR_UNSUPPORTED);
+  x = p;
+  x.head_dim = 264;
+  expect("head_dim 264 -> UNSUPPORTED", fa_fwd_cuda(&x, nullptr), FA_ERR_UNSUPPORTED);
+  x = p;
+  x.heads = 3;
+  x.heads_k = 2;
+  expect("heads 3 / heads_k 2 -> INVALID", fa_fwd_cuda(&x, nullptr), FA_ERR_INVALID);
+  x = p;
+  x.q_str.row = 68;  // not a multiple of 8 fp16 elements
+  expect("row stride 68 (fp16) -> UNSUPPORTED", fa_fwd_cuda(&x, nullptr), FA_ERR_UNSUPPORTED);
+  x = p;
+  x.k = static_cast<char*>(buf.p) + 2;
+  expect("k misaligned -> UNSUPPORTED", fa_fwd_cuda(&x, nullptr), FA_ERR_UNSUPPORTED);
+  x = p;
+  x.dtype = static_cast<fa_dtype>(7);
+  expect("dtype 7 -> INVALID", fa_fwd_cuda(&x, nullptr), FA_ERR_INVALID);
+  expect("NULL params -> INVALID", fa_fwd_cuda(nullptr, nullptr), FA_ERR_INVALID);
+  x = p;
+  x.seqlen_q = 0;
+  expect("seqlen_q 0 -> OK (nothing to do)", fa_fwd_cuda(&x, nullptr), FA_OK);
+  const bool sup = fa_cuda_supports(FA_FLOAT16, 40) && fa_cuda_supports(FA_BFLOAT16, 256) &&
+                   fa_cuda_supports(FA_FLOAT32, 8) && !fa_cuda_supports(FA_FLOAT16, 12) &&
+                   !fa_cuda_supports(FA_FLOAT32, 264);
+  printf("  %-58s %s\n", "fa_cuda_supports (40, 256, 8 yes; 12, 264 no)", sup ? "ok" : "FAIL");
+  if (!sup) ++bad;
+  const fa_status bs = fa_bwd_cuda(nullptr, nullptr);
+  expect("fa_bwd_cuda -> UNSUPPORTED (not implemented)", bs, FA_ERR_UNSUPPORTED);
+  CK(cudaDeviceSynchronize());
+  return bad;
+}
+
+// ---- timing ---------------------------------------------------------------------------------------
+struct BenchShape {
+  fa_dtype dtype;
+  int D, N, causal;
+  int layout;  // BSHD or BHSD (torch SDPA's contiguous [B, H, N, D])
+};
+
+double flops(const fa_fwd_params& p) {
+  double f = 4.0 * p.batch * p.heads * static_cast<double>(p.seqlen_q) * p.seqlen_k * p.head_dim;
+  return p.causal ? f / 2 : f;
+}
+
+// Median ms of `reps` launches, rotating through 3 input sets (more than L2 together).
+double time_fwd(const BenchShape& s, int reps, cudaStream_t stream, const FwdFn& fwd, fa_fwd_params* out_p,
+                int B_override = 0, int H_override = 0) {
+  const int B = B_override ? B_override : 16384 / s.N;
+  const int H = H_override ? H_override : (s.D == 256 ? 16 : 2048 / s.D);
+  Case c{s.dtype, B, H, H, s.N, s.N, s.D, s.causal, s.layout, 1.f / std::sqrt((float)s.D)};
+  fa_fwd_params p = make_params(c);
+  const size_t n = static_cast<size_t>(B) * s.N * H * s.D;
+  const size_t bytes = n * elem_size(s.dtype);
+  constexpr int kSets = 3;
+  std::vector<DevBuf> bufs(kSets * 3);
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    bufs[i].alloc(bytes);
+    fill_normal_kernel<<<1024, 256, 0, stream>>>(bufs[i].p, n, static_cast<int>(s.dtype), 1000 + i);
+    CK(cudaGetLastError());
+  }
+  DevBuf o, lse;
+  o.alloc(bytes);
+  lse.alloc(static_cast<size_t>(B) * H * s.N * 4);
+  p.o = o.p;
+  p.lse = static_cast<float*>(lse.p);
+  auto launch = [&](int i) {
+    const int set = i % kSets;
+    p.q = bufs[3 * set].p, p.k = bufs[3 * set + 1].p, p.v = bufs[3 * set + 2].p;
+    const fa_status st = fwd(&p, stream);
+    if (st != FA_OK) {
+      fprintf(stderr, "bench launch failed: %s %s\n", fa_status_name(st), fa_last_error());
+      exit(3);
+    }
+  };
+  for (int i = 0; i < 8; ++i) launch(i);  // warm-up (clocks, L2, smem carve-out)
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(ev[2 * i], stream));
+    launch(i);
+    CK(cudaEventRecord(ev[2 * i + 1], stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  *out_p = p;
+  return ms[reps / 2];
+}
+
+FwdFn api_fwd() {
+  return [](const fa_fwd_params* p, cudaStream_t s) { return fa_fwd_cuda(p, s); };
+}
+
+#ifdef FA_TUNE
+// Builds FwdArgs like fa_fwd_cuda does (contiguous inputs, positive scale) and calls one variant.
+template <class Tr>
+FwdFn variant_fwd() {
+  return [](const fa_fwd_params* p, cudaStream_t s) {
+    if (p->head_dim > Tr::kHeadDim || p->dtype != (std::is_same<typename Tr::T, __half>::value ? FA_FLOAT16
+                                                   : std::is_same<typename Tr::T, float>::value ? FA_FLOAT32
+                                                                                                : FA_BFLOAT16))
+      return FA_ERR_UNSUPPORTED;
+    fa::cuda::FwdArgs a{};
+    a.q = p->q, a.k = p->k, a.v = p->v, a.o = p->o, a.lse = p->lse;
+    a.q_batch = p->q_str.batch, a.q_row = p->q_str.row, a.q_head = p->q_str.head;
+    a.k_batch = p->k_str.batch, a.k_row = p->k_str.row, a.k_head = p->k_str.head;
+    a.v_batch = p->v_str.batch, a.v_row = p->v_str.row, a.v_head = p->v_str.head;
+    a.o_batch = p->o_str.batch, a.o_row = p->o_str.row, a.o_head = p->o_str.head;
+    a.batch = p->batch, a.heads = p->heads, a.heads_k = p->heads_k;
+    a.seqlen_q = p->seqlen_q, a.seqlen_k = p->seqlen_k, a.head_dim = p->head_dim;
+    a.group = p->heads / p->heads_k;
+    a.causal = p->causal;
+    a.negate_s = p->scale < 0;
+    a.scale_log2 = std::max(std::fabs(p->scale) * 1.4426950408889634f, 1e-30f);
+    return fa::cuda::launch_fwd<Tr>(a, s);
+  };
+}
+struct Variant {
+  const char* name;
+  fa_dtype dtype;
+  int width;
+  FwdFn fn;
+};
+std::vector<Variant> tune_variants() {
+  using namespace fa::cuda;
+  using H = __half;
+  std::vector<Variant> v;
+#define FA_V(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT16, W, variant_fwd<__VA_ARGS__>()})
+#define FA_V32(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT32, W, variant_fwd<__VA_ARGS__>()})
+  // Candidates kept for the next tuning round (the chosen ones are in fwd_traits.cuh).
+  FA_V(128, FwdTraits<H, 128, 128, 64, 4, false, 1, 1>);
+  FA_V(128, FwdTraits<H, 128, 128, 32, 4, false, 1, 2>);
+  FA_V(64, FwdTraits<H, 64, 128, 64, 4, true, 1, 2>);
+  FA_V(64, FwdTraits<H, 64, 128, 128, 4, true, 1, 1>);
+  FA_V(256, FwdTraits<H, 256, 64, 64, 4, false, 1, 2>);
+  FA_V(256, FwdTraits<H, 256, 128, 64, 8, false, 1, 1>);
+  FA_V32(64, Fp32FwdTraits<64, 128, 32, 4, 1>);
+  FA_V32(128, Fp32FwdTraits<128, 128, 16, 4, 1>);
+#undef FA_V
+#undef FA_V32
+  return v;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool small = false, check = true, bench = true;
+  int n_random = 330, reps = 40;
+  uint64_t seed = 20240611;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--small") small = true, bench = false;
+    else if (a == "--check-only") bench = false;
+    else if (a == "--bench-only") check = false;
+    else if (a == "--cases" && i + 1 < argc) n_random = atoi(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
+    else if (a == "--reps" && i + 1 < argc) reps = atoi(argv[++i]);
+    else {
+      printf("usage: fwd_check [--small] [--check-only] [--bench-only] [--cases N] [--seed S] [--reps N]\n");
+      return a == "--help" ? 0 : 1;
+    }
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major, prop.minor);
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int failures = 0;
+
+  if (check) {
+    printf("error paths:\n");
+    failures += check_error_paths();
+    const std::vector<Case> cases = make_cases(n_random, seed, small);
+    int passed = 0;
+    int per_type_pass[3] = {0, 0, 0}, per_type_total[3] = {0, 0, 0};
+    double worst_ratio[3] = {0, 0, 0}, worst_lse = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const CaseResult r = run_case(c, seed * 1000003ull + i, stream, api_fwd());
+      const int ti = c.dtype == FA_FLOAT16 ? 0 : c.dtype == FA_BFLOAT16 ? 1 : 2;
+      ++per_type_total[ti];
+      if (r.ok) {
+        ++passed;
+        ++per_type_pass[ti];
+      } else {
+        ++failures;
+      }
+      if (r.tol > 0) worst_ratio[ti] = std::max(worst_ratio[ti], r.err / r.tol);
+      worst_lse = std::max(worst_lse, r.lse_err);
+      if (!r.ok || small)
+        printf("  %s case %zu: %s  err %.3g tol %.3g lse_err %.3g %s\n", r.ok ? "ok  " : "FAIL", i,
+               describe(c).c_str(), r.err, r.tol, r.lse_err, r.why.c_str());
+    }
+    printf("correctness: %d / %zu passed (fp16 %d/%d, bf16 %d/%d, fp32 %d/%d); worst err/tol fp16 %.3f bf16 %.3f "
+           "fp32 %.3f; worst lse err %.3g\n",
+           passed, cases.size(), per_type_pass[0], per_type_total[0], per_type_pass[1], per_type_total[1],
+           per_type_pass[2], per_type_total[2], worst_ratio[0], worst_ratio[1], worst_ratio[2], worst_lse);
+  }
+
+  if (bench) {
+    printf("timing (median of %d, 3 input sets rotated; B = 16384/N, H = 2048/D or 16 for D 256):\n", reps);
+    printf("  %-5s %4s %6s %-6s %9s %8s %9s %8s\n", "dtype", "D", "N", "mask", "bshd ms", "TFLOP/s", "bhsd ms",
+           "TFLOP/s");
+    const fa_dtype lowp[2] = {FA_FLOAT16, FA_BFLOAT16};
+    for (fa_dtype t : lowp)
+      for (int D : {64, 128, 256})
+        for (int N : {1024, 4096, 16384})
+          for (int causal : {0, 1}) {
+            fa_fwd_params p;
+            const double ms = time_fwd({t, D, N, causal, BSHD}, reps, stream, api_fwd(), &p);
+            const double ms2 = time_fwd({t, D, N, causal, BHSD}, reps, stream, api_fwd(), &p);
+            printf("  %-5s %4d %6d %-6s %9.3f %8.1f %9.3f %8.1f\n", dname(t), D, N, causal ? "causal" : "full", ms,
+                   flops(p) / ms * 1e-9, ms2, flops(p) / ms2 * 1e-9);
+          }
+    for (int D : {32, 64, 128, 256})
+      for (int N : {1024, 4096})
+        for (int causal : {0, 1}) {
+          if (N == 4096 && (D == 32 || D == 256)) continue;
+          fa_fwd_params p;
+          const double ms = time_fwd({FA_FLOAT32, D, N, causal, BHSD}, std::max(5, reps / 3), stream, api_fwd(), &p);
+          printf("  %-5s %4d %6d %-6s %9s %8s %9.3f %8.1f\n", "fp32", D, N, causal ? "causal" : "full", "-", "-", ms,
+                 flops(p) / ms * 1e-9);
+        }
+  }
+
+#ifdef FA_TUNE
+  if (bench) {
+    printf("tile variants (fp16 unless noted, bhsd; each first checked on 2 shapes):\n");
+    for (const Variant& v : tune_variants()) {
+      bool ok = true;
+      for (int causal : {0, 1}) {
+        Case c{v.dtype, 1, 2, 1, 300, 333, v.width, causal, BSHD, 1.f / std::sqrt((float)v.width)};
+        const CaseResult r = run_case(c, 99 + causal, stream, v.fn);
+        ok = ok && r.ok;
+      }
+      if (!ok) {
+        printf("  %-58s FAILED CHECK\n", v.name);
+        ++failures;
+        continue;
+      }
+      const int Ns[3] = {1024, 4096, 16384};
+      for (int N : Ns)
+        for (int causal : {0, 1}) {
+          if (v.dtype == FA_FLOAT32 && N != 1024) continue;
+          fa_fwd_params p;
+          const double ms =
+              time_fwd({v.dtype, v.width, N, causal, BHSD}, v.dtype == FA_FLOAT32 ? 7 : 15, stream, v.fn, &p);
+          printf("  %-58s N%-5d %-6s %8.3f ms %7.1f TFLOP/s\n", v.name, N, causal ? "causal" : "full", ms,
+                 flops(p) / ms * 1e-9);
+        }
+    }
+  }
+#endif
+  CK(cudaStreamDestroy(stream));
+  printf("%s\n", failures == 0 ? "ALL PASSED" : "FAILURES");
+  return failures == 0 ? 0 : 1;
+}
