@@ -90,7 +90,12 @@ async function runCase(c: Case, device: 'cpu' | 'cuda', reps: number) {
     [q, k, v] = [qd, kd, vd];
   }
   const times: number[] = [];
-  let result = await flashAttention(q, k, v, { causal: c.causal }); // warm-up
+  // Warm-up: module load, pool growth, GPU clocks.
+  let result = await flashAttention(q, k, v, { causal: c.causal });
+  for (let w = 0; w < (device === 'cuda' ? 10 : 0); w++) {
+    result.out.dispose(); result.lse.dispose();
+    result = await flashAttention(q, k, v, { causal: c.causal });
+  }
   for (let r = 0; r < reps; r++) {
     result.out.dispose(); result.lse.dispose();
     const t0 = performance.now();
