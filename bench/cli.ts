@@ -133,6 +133,10 @@ function svgChart(rows: Row[], file: string) {
       const pts = rows.filter((r) => `${r.dir} ${r.case.dtype} D${r.case.D} ${r.case.causal ? 'causal' : 'non-causal'}` === p && r.impl === impl)
         .sort((a, b) => a.case.N - b.case.N).map((r) => `${x(r.case.N).toFixed(1)},${y(r.tflops).toFixed(1)}`);
       if (pts.length) s += `<polyline fill="none" stroke="${colors[i % colors.length]}" stroke-width="1.5" points="${pts.join(' ')}"/>\n`;
+      for (const pt of pts) {
+        const [cx, cy] = pt.split(',');
+        s += `<circle cx="${cx}" cy="${cy}" r="2.5" fill="${colors[i % colors.length]}"/>\n`;
+      }
     });
   });
   fs.writeFileSync(file, s + '</svg>\n');
