@@ -172,7 +172,9 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdArgs a) {
     if (!valid) continue;
     if (sub == 0) {
       a.dsum[r] = d;
-      a.lse2[r] = real ? a.lse[bh * a.seqlen_q + i] * 1.4426950408889634f : INFINITY;
+      // fp16/bf16 kernels read lse * log2(e); the fp32 kernels lse itself (see softmax_grad_tile).
+      const float lse = real ? a.lse[bh * a.seqlen_q + i] : INFINITY;
+      a.lse2[r] = E == 4 ? lse : lse * 1.4426950408889634f;
       if (real && a.softmax_d != nullptr) a.softmax_d[bh * a.seqlen_q + i] = d;
     }
     if (real && a.dq_acc != nullptr) {

@@ -24,7 +24,7 @@ struct BwdArgs {
   void* dk;
   void* dv;
   const float* lse;   // caller's [B, H, Nq], natural log, +inf for rows that see no key
-  float* lse2;        // workspace [B, H, nq_pad]: lse * log2(e); pad rows +inf
+  float* lse2;        // workspace [B, H, nq_pad]: lse * log2(e) (fp32: lse); pad rows +inf
   float* dsum;        // workspace [B, H, nq_pad]: D = rowsum(dO * O); pad rows 0
   float* dq_acc;      // workspace [B, H, Nq, head_dim] fp32 (atomic mode only, else null)
   float* softmax_d;   // optional copy of D, [B, H, Nq]

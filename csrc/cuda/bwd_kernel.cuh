@@ -27,13 +27,17 @@
 namespace fa {
 namespace cuda {
 
-// P and dS of one S/dP warp tile from the S and dP accumulators (in place: s <- P, dp <- dS), then
-// dS (and P when kStoreP) stored to shared memory. r0 / c0: the warp tile's first row / column
-// within the block.
-template <class Tr, bool kStoreP, int MT, int NT>
+// P and dS of one S/dP warp tile from the S and dP accumulators, stored to shared memory (P only
+// when kStoreP). r0 / c0: the warp tile's first row / column within the block. kMask: evaluate the
+// key mask (keys >= Nk, causal); key c (relative to the block's first key) is visible from row r
+// (relative to the block's first row) iff c < min(mask_base, mask_diag + r).
+// fp16/bf16: P = 2^(S * scale*log2e - lse*log2e) (l_s holds lse*log2e). fp32: P = 2^((S * scale -
+// lse) * log2e) with l_s holding lse itself: one rounding of the small difference instead of two
+// roundings of large products that cancel (~1e-6 relative on P when |lse| ~ 20).
+template <class Tr, bool kStoreP, bool kMask, int MT, int NT>
 __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (&dp)[MT][NT][4], const float* l_s,
                                                   const float* d_s, unsigned char* sP, unsigned char* sdS, int r0,
-                                                  int c0, bool need_mask, int mask_base, int mask_diag,
+                                                  int c0, int mask_base, int mask_diag, float scale,
                                                   float scale_log2, int lane) {
   using T = typename Tr::T;
   constexpr int E = Tr::kElem;
@@ -44,18 +48,23 @@ __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = r0 + mt * 16 + g + 8 * hr;
-      const float lse2 = l_s[r];
+      const float lse = l_s[r];
       const float dsum = d_s[r];
-      // Columns (relative to this block's first key) c < lim are visible. mask_base = Nk - key0;
-      // mask_diag = row0 + Nk - Nq - key0 + 1 (causal) or a large number.
-      const int lim = need_mask ? min(mask_base, mask_diag + r) - c0 - 2 * t : 1 << 30;
+      int lim = 0;
+      if constexpr (kMask) lim = min(mask_base, mask_diag + r) - c0 - 2 * t;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float pv[2], dv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], scale_log2, -lse2));
-          if (nt * 8 + e >= lim) p = 0.f;
+          float p;
+          if constexpr (Tr::kIsFp32)
+            p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], scale, -lse) * 1.4426950408889634f);
+          else
+            p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], scale_log2, -lse));
+          if constexpr (kMask) {
+            if (nt * 8 + e >= lim) p = 0.f;
+          }
           pv[e] = p;
           dv[e] = p * (dp[mt][nt][2 * hr + e] - dsum);
         }
@@ -82,12 +91,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* const sK = smem;
   unsigned char* const sV = sK + Tr::kSmemKV;
-  unsigned char* const sQ = sV + Tr::kSmemKV;        // 2 stages
-  unsigned char* const sdO = sQ + 2 * Tr::kSmemQ;    // 2 stages
-  unsigned char* const sP = sdO + 2 * Tr::kSmemQ;
+  constexpr int S = Tr::kStages;
+  unsigned char* const sQ = sV + Tr::kSmemKV;        // S stages
+  unsigned char* const sdO = sQ + S * Tr::kSmemQ;    // S stages
+  unsigned char* const sP = sdO + S * Tr::kSmemQ;
   unsigned char* const sdS = sP + Tr::kSmemP;
-  float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);  // [2][BM] lse2
-  float* const sDs = sL + 2 * BM;                                // [2][BM] dsum
+  float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);  // [S][BM] lse2
+  float* const sDs = sL + S * BM;                                // [S][BM] dsum
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -113,9 +123,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   kv_loader.load(smem_u32(sV), gv, a.v_row * E, Nk - key0, valid_chunks);
 
   const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
-  auto load_rows = [&](int it, int stage) {
-    const int hq = hk * a.group + it / n_m;
-    const int row0 = (m_begin + it % n_m) * BM;
+  auto load_rows = [&](int hq, int m, int stage) {
+    const int row0 = m * BM;
     const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + hq * a.q_head + row0 * a.q_row);
     const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + hq * a.do_head + row0 * a.do_row);
     q_loader.load(smem_u32(sQ + stage * Tr::kSmemQ), gq, a.q_row * E, Nq - row0, valid_chunks);
@@ -126,7 +135,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     else if (tid < BM / 2)
       cp_async_16(smem_u32(sDs + stage * BM) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
   };
-  if (total > 0) load_rows(0, 0);
+  // Iteration it covers query head hq = hk * group + it / n_m and row block m = m_begin + it % n_m,
+  // tracked incrementally.
+  int hq = hk * a.group, m = m_begin;
+  if (total > 0) load_rows(hq, m, 0);
   cp_async_commit();
 
   float dv_acc[MTkv][NTkv][4], dk_acc[MTkv][NTkv][4];
@@ -139,13 +151,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   const int mask_base = Nk - key0;
 
   for (int it = 0; it < total; ++it) {
-    const int stage = it & 1;
-    const int hq = hk * a.group + it / n_m;
-    const int row0 = (m_begin + it % n_m) * BM;
+    const int stage = S == 2 ? (it & 1) : 0;
+    const int row0 = m * BM;
+    int next_h = hq, next_m = m + 1;
+    if (next_m == a.num_m_blocks) next_m = m_begin, ++next_h;
     cp_async_wait<0>();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1's P, dS, buffers
-    if (it + 1 < total) load_rows(it + 1, stage ^ 1);
-    cp_async_commit();
+    if constexpr (S == 2) {
+      if (it + 1 < total) load_rows(next_h, next_m, stage ^ 1);
+      cp_async_commit();
+    }
 
     unsigned char* const q_s = sQ + stage * Tr::kSmemQ;
     unsigned char* const do_s = sdO + stage * Tr::kSmemQ;
@@ -156,42 +171,54 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
       float s[MTs][NTs][4], dp[MTs][NTs][4];
       zero_acc(s);
       zero_acc(dp);
-      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(s, q_s + wm_s * Tr::kTileMSdP * PB,
-                                                        sK + wn_s * Tr::kTileNSdP * PB, lane);
-      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(dp, do_s + wm_s * Tr::kTileMSdP * PB,
-                                                        sV + wn_s * Tr::kTileNSdP * PB, lane);
+      warp_gemm2<Tr, MTs, NTs, W, false, false, PB, PB>(s, q_s + wm_s * Tr::kTileMSdP * PB,
+                                                         sK + wn_s * Tr::kTileNSdP * PB, dp,
+                                                         do_s + wm_s * Tr::kTileMSdP * PB,
+                                                         sV + wn_s * Tr::kTileNSdP * PB, lane);
       const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
       const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
-      softmax_grad_tile<Tr, true>(s, dp, l_s, d_s, sP, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP, need_mask,
-                            mask_base, mask_diag, a.scale_log2, lane);
+      if (need_mask)
+        softmax_grad_tile<Tr, true, true>(s, dp, l_s, d_s, sP, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
+                                          mask_base, mask_diag, a.scale, a.scale_log2, lane);
+      else
+        softmax_grad_tile<Tr, true, false>(s, dp, l_s, d_s, sP, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
+                                           mask_base, mask_diag, a.scale, a.scale_log2, lane);
     }
     __syncthreads();  // P, dS visible
 
-    warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
-                                                        do_s + wd_kv * Tr::kTileDdKV * E, lane);
-    warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dk_acc, sdS + wn_kv * Tr::kTileNdKV * E,
-                                                        q_s + wd_kv * Tr::kTileDdKV * E, lane);
+    warp_gemm2<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
+                                                         do_s + wd_kv * Tr::kTileDdKV * E, dk_acc,
+                                                         sdS + wn_kv * Tr::kTileNdKV * E,
+                                                         q_s + wd_kv * Tr::kTileDdKV * E, lane);
     if constexpr (kAtomicDQ) {
       float dq[MTq][NTq][4];
       zero_acc(dq);
       warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
                                                          sK + wd_q * Tr::kTileDdQ * E, lane);
       const int D = a.head_dim;
-      float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * Nq + row0) * D;
+      const int r0 = row0 + wm_q * Tr::kTileMdQ + g;  // this lane's first row
+      const int c0 = wd_q * Tr::kTileDdQ + 2 * t;     // and first column
+      float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * Nq + r0) * D + c0;
 #pragma unroll
       for (int mt = 0; mt < MTq; ++mt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const int r = wm_q * Tr::kTileMdQ + mt * 16 + g + 8 * hr;
-          if (row0 + r < Nq) {
+          if (r0 + mt * 16 + 8 * hr < Nq) {
+            float* row = gdq + (mt * 16 + 8 * hr) * D;
 #pragma unroll
-            for (int nt = 0; nt < NTq; ++nt) {
-              const int c = wd_q * Tr::kTileDdQ + nt * 8 + 2 * t;
-              if (c < D) red_add_f32x2(gdq + static_cast<int64_t>(r) * D + c, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
-            }
+            for (int nt = 0; nt < NTq; ++nt)
+              if (c0 + nt * 8 < D) red_add_f32x2(row + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
           }
         }
     }
+    if constexpr (S == 1) {
+      if (it + 1 < total) {
+        __syncthreads();  // every warp is done reading Q_i, dO_i and the slices
+        load_rows(next_h, next_m, 0);
+        cp_async_commit();
+      }
+    }
+    hq = next_h, m = next_m;
   }
 
   // Epilogue: dK (times scale) and dV staged through the K and V tiles, then 16-byte stores.
@@ -243,9 +270,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* const sQ = smem;
   unsigned char* const sdO = sQ + Tr::kSmemQ;
-  unsigned char* const sK = sdO + Tr::kSmemQ;     // 2 stages
-  unsigned char* const sV = sK + 2 * Tr::kSmemKV;  // 2 stages
-  unsigned char* const sdS = sV + 2 * Tr::kSmemKV;
+  constexpr int S = Tr::kStages;
+  unsigned char* const sK = sdO + Tr::kSmemQ;     // S stages
+  unsigned char* const sV = sK + S * Tr::kSmemKV;  // S stages
+  unsigned char* const sdS = sV + S * Tr::kSmemKV;
   float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);
   float* const sDs = sL + BM;
 
@@ -297,26 +325,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
   const int wm_q = warp / Tr::kWarpsDdQ, wd_q = warp % Tr::kWarpsDdQ;
 
   for (int n = 0; n < n_end; ++n) {
-    const int stage = n & 1;
+    const int stage = S == 2 ? (n & 1) : 0;
     const int key0 = n * BN;
+    if constexpr (S == 1) {
+      if (n > 0) {
+        __syncthreads();  // every warp is done with K_{n-1}, V_{n-1}
+        load_kv(n, 0);
+        cp_async_commit();
+      }
+    }
     cp_async_wait<0>();
     __syncthreads();  // K_n, V_n (and Q, dO) visible; every warp is done with block n-1's dS and buffers
-    if (n + 1 < n_end) load_kv(n + 1, stage ^ 1);
-    cp_async_commit();
+    if constexpr (S == 2) {
+      if (n + 1 < n_end) load_kv(n + 1, stage ^ 1);
+      cp_async_commit();
+    }
     unsigned char* const k_s = sK + stage * Tr::kSmemKV;
     unsigned char* const v_s = sV + stage * Tr::kSmemKV;
     {
       float s[MTs][NTs][4], dp[MTs][NTs][4];
       zero_acc(s);
       zero_acc(dp);
-      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(s, sQ + wm_s * Tr::kTileMSdP * PB,
-                                                        k_s + wn_s * Tr::kTileNSdP * PB, lane);
-      warp_gemm<Tr, MTs, NTs, W, false, false, PB, PB>(dp, sdO + wm_s * Tr::kTileMSdP * PB,
-                                                        v_s + wn_s * Tr::kTileNSdP * PB, lane);
+      warp_gemm2<Tr, MTs, NTs, W, false, false, PB, PB>(s, sQ + wm_s * Tr::kTileMSdP * PB,
+                                                         k_s + wn_s * Tr::kTileNSdP * PB, dp,
+                                                         sdO + wm_s * Tr::kTileMSdP * PB,
+                                                         v_s + wn_s * Tr::kTileNSdP * PB, lane);
       const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
       const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
-      softmax_grad_tile<Tr, false>(s, dp, sL, sDs, nullptr, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP, need_mask,
-                            Nk - key0, mask_diag, a.scale_log2, lane);
+      if (need_mask)
+        softmax_grad_tile<Tr, false, true>(s, dp, sL, sDs, nullptr, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
+                                           Nk - key0, mask_diag, a.scale, a.scale_log2, lane);
+      else
+        softmax_grad_tile<Tr, false, false>(s, dp, sL, sDs, nullptr, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
+                                            Nk - key0, mask_diag, a.scale, a.scale_log2, lane);
     }
     __syncthreads();  // dS visible
     warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,

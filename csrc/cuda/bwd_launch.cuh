@@ -4,6 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <limits.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <string>
@@ -86,15 +87,69 @@ fa_status launch_bwd_dq(BwdArgs a, cudaStream_t stream) {
   return FA_OK;
 }
 
+// Shared memory per block this device allows (opt-in), cached per device.
+inline fa_status bwd_device_smem(int* bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaGetDevice");
+  if (dev < kMaxDevices) {
+    const int c = cache[dev].load(std::memory_order_relaxed);
+    if (c > 0) {
+      *bytes = c;
+      return FA_OK;
+    }
+  }
+  int optin = 0;
+  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaDeviceGetAttribute");
+  // Testing knob: FA_BWD_SMEM_LIMIT=<bytes> makes a large-memory GPU pick the configurations of a
+  // smaller one (e.g. 166912 = sm_80's limit selects the single-buffered kernels).
+  static const int limit = [] {
+    const char* e = getenv("FA_BWD_SMEM_LIMIT");
+    return e != nullptr ? atoi(e) : 0;
+  }();
+  if (limit > 0 && optin > limit) optin = limit;
+  if (dev < kMaxDevices) cache[dev].store(optin, std::memory_order_relaxed);
+  *bytes = optin;
+  return FA_OK;
+}
+
+inline fa_status bwd_no_fit(int width, int need, int have) {
+  return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: head-dim tile " + std::to_string(width) + " needs " +
+                                          std::to_string(need) + " bytes of shared memory per block; this device allows " +
+                                          std::to_string(have));
+}
+
+// Double-buffered configuration where the device has the shared memory (sm_90: 227 KB), else the
+// single-buffered one (sm_80: 163 KB), else FA_ERR_UNSUPPORTED (sm_86 / sm_89: 99 KB).
 template <class Tr>
 fa_status launch_bwd_atomic(const BwdArgs& a, cudaStream_t stream) {
-  return launch_bwd_main<Tr, true>(a, stream);
+  using Tr1 = typename Tr::SingleStage;
+  int smem = 0;
+  const fa_status st = bwd_device_smem(&smem);
+  if (st != FA_OK) return st;
+  if (Tr::kSmemMain <= smem) return launch_bwd_main<Tr, true>(a, stream);
+  if (Tr1::kSmemMain <= smem) return launch_bwd_main<Tr1, true>(a, stream);
+  return bwd_no_fit(Tr::kHeadDim, Tr1::kSmemMain, smem);
 }
 template <class Tr>
 fa_status launch_bwd_det(const BwdArgs& a, cudaStream_t stream) {
-  const fa_status st = launch_bwd_main<Tr, false>(a, stream);
+  using Tr1 = typename Tr::SingleStage;
+  int smem = 0;
+  fa_status st = bwd_device_smem(&smem);
   if (st != FA_OK) return st;
-  return launch_bwd_dq<Tr>(a, stream);
+  if (Tr::kSmemMain <= smem)
+    st = launch_bwd_main<Tr, false>(a, stream);
+  else if (Tr1::kSmemMain <= smem)
+    st = launch_bwd_main<Tr1, false>(a, stream);
+  else
+    return bwd_no_fit(Tr::kHeadDim, Tr1::kSmemMain, smem);
+  if (st != FA_OK) return st;
+  if (Tr::kSmemDq <= smem) return launch_bwd_dq<Tr>(a, stream);
+  if (Tr1::kSmemDq <= smem) return launch_bwd_dq<Tr1>(a, stream);
+  return bwd_no_fit(Tr::kHeadDim, Tr1::kSmemDq, smem);
 }
 
 template <typename T, int W>

@@ -24,9 +24,17 @@ namespace cuda {
 constexpr int kBwdMaxSmem = 227 * 1024;  // sm_90 opt-in limit; the launcher checks the device's
 
 template <typename T_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kWarpsMSdP_, int kWarpsNdKV_,
-          int kWarpsMdQ_>
+          int kWarpsMdQ_, bool kFuse_ = false, int kStages_ = 2>
 struct BwdTraits {
   using T = T_;
+  // 2: main kernel double-buffers Q / dO (and the dQ kernel K / V), so block i+1 loads during
+  // block i. 1: single buffers (the next block loads after a barrier, exposed): the fallback for
+  // devices whose shared memory per block is too small for 2 (sm_80: 163 KB).
+  static constexpr int kStages = kStages_;
+  using SingleStage = BwdTraits<T_, kHeadDim_, kBlockM_, kBlockN_, kNWarps_, kWarpsMSdP_, kWarpsNdKV_, kWarpsMdQ_,
+                                kFuse_, 1>;
+  // S / dP (and dV / dK) products interleaved in one k loop (warp_gemm2).
+  static constexpr bool kFuse = kFuse_;
   static constexpr bool kIsFp32 = sizeof(T) == 4;
   static constexpr int kElem = sizeof(T);
   static constexpr int kHeadDim = kHeadDim_;
@@ -68,12 +76,13 @@ struct BwdTraits {
   static constexpr int kSmemP = kBlockM * kPitchPB;      // P or dS
   static constexpr int kSmemRow = kBlockM * 4;           // one lse2 or dsum slice
 
-  // Main kernel: K, V; Q and dO double-buffered; P, dS; lse2 and dsum double-buffered.
-  static constexpr int kSmemMain = 2 * kSmemKV + 4 * kSmemQ + 2 * kSmemP + 4 * kSmemRow;
-  // dQ kernel (deterministic mode): Q, dO; K and V double-buffered; dS; lse2, dsum.
-  static constexpr int kSmemDq = 2 * kSmemQ + 4 * kSmemKV + kSmemP + 2 * kSmemRow;
+  // Main kernel: K, V; Q, dO, lse2, dsum (kStages buffers each); P, dS.
+  static constexpr int kSmemMain = 2 * kSmemKV + 2 * kStages * kSmemQ + 2 * kSmemP + 2 * kStages * kSmemRow;
+  // dQ kernel (deterministic mode): Q, dO, lse2, dsum; K, V (kStages buffers each); dS.
+  static constexpr int kSmemDq = 2 * kSmemQ + 2 * kStages * kSmemKV + kSmemP + 2 * kSmemRow;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "tile widths are multiples of 32 up to 256");
+  static_assert(kStages == 1 || kStages == 2, "single or double buffers");
   static_assert(kNWarps == kWarpsMSdP * kWarpsNSdP && kNWarps == kWarpsNdKV * kWarpsDdKV &&
                     kNWarps == kWarpsMdQ * kWarpsDdQ,
                 "warp grids must use every warp");
@@ -100,17 +109,23 @@ struct BwdConfig;
 
 template <typename T>
 struct BwdConfig<T, 64> {
-  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 32, dQ 32 x 16.
-  using Traits = BwdTraits<T, 64, 64, 128, 8, 2, 4, 2>;
+  // 128 x 128 blocks: S/dP warp tile 64 x 32, dK/dV 32 x 32, dQ 32 x 32.
+  // Run 1 (fp16 bhsd main kernel, N 1k/4k/16k full/causal, TFLOP/s): 222/188/230/220/234/236;
+  // 64 x 128 blocks (S/dP 32 x 32, dQ 32 x 16): 212/181/222/212/224/227; 64 x 64 with 4 warps:
+  // 208/188/213/206/213/213.
+  using Traits = BwdTraits<T, 64, 128, 128, 8, 2, 4, 4>;
 };
 template <typename T>
 struct BwdConfig<T, 128> {
-  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 64, dQ 32 x 32.
+  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 64, dQ 32 x 32 (FA2's shape). Run 1:
+  // 264/218/278/256/281/284; S/dP 16 x 64 + dQ 16 x 64: 248/205/257/239/262/265; 128 x 64 blocks:
+  // 198/169/205/198/208/211; 64 x 64 with 4 warps: 187/168/194/190/197/201.
   using Traits = BwdTraits<T, 128, 64, 128, 8, 2, 4, 2>;
 };
 template <typename T>
 struct BwdConfig<T, 256> {
-  // 64 x 64 blocks: S/dP warp tile 16 x 32, dK/dV 32 x 64, dQ 32 x 64.
+  // 64 x 64 blocks: S/dP warp tile 16 x 32, dK/dV 32 x 64, dQ 32 x 64. Run 1: 193/175/199/195/
+  // 201/205; 64 x 32 blocks: 123/112/125/123/127/128.
   using Traits = BwdTraits<T, 256, 64, 64, 8, 4, 2, 2>;
 };
 
