@@ -188,8 +188,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
         for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_sc = mx == -INFINITY ? 0.f : mx * sl2;
-        const float alpha = m_old == -INFINITY ? 0.f : fast_exp2(fmaf(m_old, sl2, -m_sc));
+        // alpha comes from the same rounded scaled maxima that P used (__fmul_rn: never contracted
+        // into an FMA), so it is exactly 1 while the row max is unchanged. Rescaling by
+        // 2^(m_old*sl2 - RN(m*sl2)) instead multiplied l and O by a factor 1 +- 3e-7 at every key
+        // block: lse drifted by up to ~1e-5 per 1000 keys and fp32 outputs lost accuracy.
+        const float m_sc = mx == -INFINITY ? 0.f : __fmul_rn(mx, sl2);
+        const float alpha = m_old == -INFINITY ? 0.f : fast_exp2(__fmul_rn(m_old, sl2) - m_sc);
         row_max[mt][hr] = mx;
         float rs = 0.f;
 #pragma unroll
@@ -256,7 +260,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
       const float inv = seen ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + g + 8 * hr;
       if (glse != nullptr && t == 0 && row0 + r < Nq)
-        glse[r] = seen ? (row_max[mt][hr] * sl2 + log2f(l)) * kLn2 : INFINITY;
+        glse[r] = seen ? (__fmul_rn(row_max[mt][hr], sl2) + log2f(l)) * kLn2 : INFINITY;
 #pragma unroll
       for (int dt = 0; dt < W / 8; ++dt)
         *reinterpret_cast<float2*>(fQ + r * PQ + dt * 8 + 2 * t) =

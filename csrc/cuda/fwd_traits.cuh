@@ -76,8 +76,8 @@ struct Fp32FwdTraits {
   static constexpr int kSmemV = kBlockN * kPitchV * 4;
   static constexpr int kSmemBytes = kSmemQ + kSmemK + kSmemV;
   // k-steps (8 head-dim columns each) summed in one tensor-core accumulator before it is folded into
-  // S with a round-to-nearest FADD (see fwd_kernel_fp32.cuh). 4 is what was verified on the H200;
-  // 1 is the candidate fix for the residual long-key error noted in bench/NOTES-fwd.md.
+  // S with a round-to-nearest FADD (see fwd_kernel_fp32.cuh). 4 verified on the H200; 1 measured
+  // no more accurate (the long-key error was the softmax rescale drift, see bench/NOTES-fwd.md).
   static constexpr int kSChunkSteps = 4;
 
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "tile widths are multiples of 32 up to 256");

@@ -506,8 +506,6 @@ int check_error_paths() {
   if (!sup) ++bad;
   const fa_status bs = fa_bwd_cuda(nullptr, nullptr);
   expect("fa_bwd_cuda(NULL) -> INVALID", bs, FA_ERR_INVALID);
-
-
   CK(cudaDeviceSynchronize());
   return bad;
 }
