@@ -20,6 +20,7 @@
 #include "common/errors.h"
 #include "cuda/bwd_args.cuh"
 #include "fa_core.h"
+#include "cuda/widths.cuh"
 
 namespace fa {
 namespace cuda {
@@ -29,39 +30,8 @@ namespace {
 constexpr int kBwdWidths16[] = {64, 128, 256};  // fp16 and bf16
 constexpr int kBwdWidths32[] = {64, 128, 256};  // fp32
 
-constexpr bool width_built(int w) {
-#ifdef FA_HEAD_DIM_LIST
-  constexpr int kBuilt[] = {FA_HEAD_DIM_LIST};
-  for (int b : kBuilt)
-    if (b == w) return true;
-  return false;
-#else
-  (void)w;
-  return true;
-#endif
-}
-
-template <size_t N>
-constexpr bool listed(const int (&list)[N], int w) {
-  for (size_t i = 0; i < N; ++i)
-    if (list[i] == w) return true;
-  return false;
-}
-
-int pick_bwd_width(fa_dtype dtype, int d) {
-  int best = 0;
-  auto consider = [&](int w) {
-    if (w >= d && (best == 0 || w < best)) best = w;
-  };
-  if (dtype == FA_FLOAT32) {
-    for (int w : kBwdWidths32)
-      if (width_built(w)) consider(w);
-  } else {
-    for (int w : kBwdWidths16)
-      if (width_built(w)) consider(w);
-  }
-  return best;
-}
+// Smallest compiled width >= d for this dtype, or 0.
+int pick_bwd_width(fa_dtype dtype, int d) { return pick_width(kBwdWidths16, kBwdWidths32, dtype, d); }
 
 template <typename T, int W>
 bool try_run(int width, bool det, const BwdArgs& a, cudaStream_t s, fa_status* st) {

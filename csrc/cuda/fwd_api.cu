@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "cuda/fwd_args.cuh"
 #include "fa_core.h"
+#include "cuda/widths.cuh"
 
 namespace fa {
 namespace cuda {
@@ -22,41 +23,9 @@ namespace {
 constexpr int kWidths16[] = {32, 64, 96, 128, 160, 192, 256};  // fp16 and bf16
 constexpr int kWidths32[] = {32, 64, 128, 256};                 // fp32
 
-// FA_HEAD_DIMS="64;128" builds only the generated files of those widths and defines
-// FA_HEAD_DIM_LIST=64,128 here, so only those instantiations are referenced.
-constexpr bool width_built(int w) {
-#ifdef FA_HEAD_DIM_LIST
-  constexpr int kBuilt[] = {FA_HEAD_DIM_LIST};
-  for (int b : kBuilt)
-    if (b == w) return true;
-  return false;
-#else
-  (void)w;
-  return true;
-#endif
-}
-
-template <size_t N>
-constexpr bool listed(const int (&list)[N], int w) {
-  for (size_t i = 0; i < N; ++i)
-    if (list[i] == w) return true;
-  return false;
-}
-
 // Smallest compiled width >= d for this dtype, or 0.
-int pick_width(fa_dtype dtype, int d) {
-  int best = 0;
-  auto consider = [&](int w) {
-    if (w >= d && (best == 0 || w < best)) best = w;
-  };
-  if (dtype == FA_FLOAT32) {
-    for (int w : kWidths32)
-      if (width_built(w)) consider(w);
-  } else {
-    for (int w : kWidths16)
-      if (width_built(w)) consider(w);
-  }
-  return best;
+int pick_compiled_width(fa_dtype dtype, int d) {
+  return fa::cuda::pick_width(kWidths16, kWidths32, dtype, d);
 }
 
 template <typename T, int W>
@@ -105,7 +74,7 @@ const char* dtype_name(fa_dtype d) {
 extern "C" int fa_cuda_supports(fa_dtype dtype, int head_dim) {
   if (dtype != FA_FLOAT32 && dtype != FA_FLOAT16 && dtype != FA_BFLOAT16) return 0;
   if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) return 0;
-  return fa::cuda::pick_width(dtype, head_dim) != 0 ? 1 : 0;
+  return fa::cuda::pick_compiled_width(dtype, head_dim) != 0 ? 1 : 0;
 }
 
 extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
@@ -125,7 +94,7 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   if (d < 8 || d > 256 || d % 8 != 0)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward supports head_dim = 8, 16, ..., 256 (a multiple of 8); got " +
                                             std::to_string(d));
-  const int width = pick_width(p->dtype, d);
+  const int width = pick_compiled_width(p->dtype, d);
   if (width == 0)
     return fa::fail(FA_ERR_UNSUPPORTED, std::string("CUDA forward: this build has no ") + dtype_name(p->dtype) +
                                             " kernel for head_dim " + std::to_string(d) +
