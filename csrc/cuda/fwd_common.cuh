@@ -99,5 +99,45 @@ __device__ __forceinline__ void write_empty_rows(const FwdArgs& a, char* go, flo
 
 constexpr float kLn2 = 0.6931471805599453f;
 
+// One online-softmax step (base 2) for this thread's rows of a key block. s holds the block's
+// scores as mma C fragments ([m16 tile][n8 tile][4]: rows g and g+8, two columns each) and is
+// overwritten with P = 2^(s*sl2 - m_sc); row_max (raw, unscaled) and row_sum are updated and
+// alpha[mt][hr] receives the factor the row's O must be rescaled by. m_sc = m * scale * log2(e) is 0
+// while the row has seen no key, so masked entries give 2^-inf = 0 and never NaN.
+// alpha comes from the same rounded scaled maxima that P used (__fmul_rn: never contracted into an
+// FMA), so it is exactly 1 while the row max is unchanged. Rescaling by 2^(m_old*sl2 - RN(m*sl2))
+// instead multiplied l and O by a factor 1 +- 3e-7 at every key block: lse drifted by up to ~1e-5
+// per 1000 keys and fp32 outputs lost accuracy (bench/NOTES-fwd.md).
+template <int kMT, int kNT>
+__device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], float (&row_max)[kMT][2],
+                                                    float (&row_sum)[kMT][2], float (&alpha)[kMT][2],
+                                                    float sl2) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float m_old = row_max[mt][hr];
+      float mx = m_old;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_sc = mx == -INFINITY ? 0.f : __fmul_rn(mx, sl2);
+      const float a = m_old == -INFINITY ? 0.f : fast_exp2(__fmul_rn(m_old, sl2) - m_sc);
+      row_max[mt][hr] = mx;
+      float rs = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc));
+          s[mt][nt][2 * hr + e] = p;
+          rs += p;
+        }
+      row_sum[mt][hr] = fmaf(row_sum[mt][hr], a, rs);
+      alpha[mt][hr] = a;
+    }
+}
+
 }  // namespace cuda
 }  // namespace fa

@@ -193,41 +193,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
       }
     }
 
-    // Online softmax (base 2). m_sc = m * scale * log2(e), 0 while the row has seen no key, so that
-    // masked entries give 2^-inf = 0 and never NaN.
+    // Online softmax, then O *= alpha (the P V of this block is added below).
+    float alpha[kMT][2];
+    online_softmax_step(s, row_max, row_sum, alpha, sl2);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const float m_old = row_max[mt][hr];
-        float mx = m_old;
+      for (int dt = 0; dt < W / 8; ++dt)
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // alpha comes from the same rounded scaled maxima that P used (__fmul_rn: never contracted
-        // into an FMA), so it is exactly 1 while the row max is unchanged. Rescaling by
-        // 2^(m_old*sl2 - RN(m*sl2)) instead multiplied l and O by a factor 1 +- 3e-7 at every key
-        // block: lse drifted by up to ~1e-5 per 1000 keys and fp32 outputs lost accuracy.
-        const float m_sc = mx == -INFINITY ? 0.f : __fmul_rn(mx, sl2);
-        const float alpha = m_old == -INFINITY ? 0.f : fast_exp2(__fmul_rn(m_old, sl2) - m_sc);
-        row_max[mt][hr] = mx;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc));
-            s[mt][nt][2 * hr + e] = p;
-            rs += p;
-          }
-        row_sum[mt][hr] = fmaf(row_sum[mt][hr], alpha, rs);
-#pragma unroll
-        for (int dt = 0; dt < W / 8; ++dt) {
-          o[mt][dt][2 * hr] *= alpha;
-          o[mt][dt][2 * hr + 1] *= alpha;
-        }
-      }
+        for (int e = 0; e < 4; ++e) o[mt][dt][e] *= alpha[mt][e >> 1];
 
     // O += P V
 #pragma unroll

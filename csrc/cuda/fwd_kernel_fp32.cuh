@@ -177,36 +177,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
       cp_async_commit();
     }
 
+    // alphas: O is rescaled when this block's P V is folded in (below).
     float alphas[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const float m_old = row_max[mt][hr];
-        float mx = m_old;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // alpha comes from the same rounded scaled maxima that P used (__fmul_rn: never contracted
-        // into an FMA), so it is exactly 1 while the row max is unchanged. Rescaling by
-        // 2^(m_old*sl2 - RN(m*sl2)) instead multiplied l and O by a factor 1 +- 3e-7 at every key
-        // block: lse drifted by up to ~1e-5 per 1000 keys and fp32 outputs lost accuracy.
-        const float m_sc = mx == -INFINITY ? 0.f : __fmul_rn(mx, sl2);
-        const float alpha = m_old == -INFINITY ? 0.f : fast_exp2(__fmul_rn(m_old, sl2) - m_sc);
-        row_max[mt][hr] = mx;
-        float rs = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc));
-            s[mt][nt][2 * hr + e] = p;
-            rs += p;
-          }
-        row_sum[mt][hr] = fmaf(row_sum[mt][hr], alpha, rs);
-        alphas[mt][hr] = alpha;  // O is rescaled when this block's P V is folded in
-      }
+    online_softmax_step(s, row_max, row_sum, alphas, sl2);
 
     // O = O * alpha + P V (3xTF32). This key block's P V goes to a fresh accumulator (at most
     // kBlockN / 8 * 3 mma adds, see the S comment) folded into O with one round-to-nearest FFMA,
