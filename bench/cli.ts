@@ -12,6 +12,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { benchmarkBackward, benchmarkForward } from '../lib/attention';
 import { attentionFlops, buildInfo, devices, flashAttention, Tensor, type DType } from '../lib/index';
+import { randn } from '../lib/random';
 
 interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean }
 interface Row { case: Case; dir: 'fwd' | 'bwd'; impl: string; ms: number; tflops: number; note?: string }
@@ -42,24 +43,6 @@ function grid(args: Record<string, string | boolean>): Case[] {
   for (const dtype of dtypes) for (const D of hdims) for (const c of cs) for (const N of seqlens) {
     const H = D <= 128 ? 2048 / D : 16;
     out.push({ B: Math.max(1, 16384 / N), H, Hkv: H, N, D, dtype, causal: c });
-  }
-  return out;
-}
-
-function randn(n: number, seed: number): Float32Array {
-  let s = seed >>> 0;
-  const u = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i += 2) {
-    const r = Math.sqrt(-2 * Math.log(u() + 1e-12)), th = 2 * Math.PI * u();
-    out[i] = r * Math.cos(th);
-    if (i + 1 < n) out[i + 1] = r * Math.sin(th);
   }
   return out;
 }

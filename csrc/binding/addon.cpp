@@ -325,7 +325,7 @@ class GpuJob : public Job {
   void Complete(Napi::Env env, const std::string& error) override {
     if (!error.empty()) {
       // Outputs never reach the caller: free them now rather than at garbage collection.
-      for (auto& o : outputs_) Napi::ObjectWrap<DeviceBuffer>::Unwrap(o.Value())->Release(env);
+      ReleaseOutputs(env);
       deferred_.Reject(Napi::Error::New(env, std::string(fn_) + ": " + error).Value());
       return;
     }
@@ -342,6 +342,10 @@ class GpuJob : public Job {
   bool single_ = false;
 
  protected:
+  // Frees the new output buffers now (they never reach the caller) rather than at collection.
+  void ReleaseOutputs(Napi::Env env) {
+    for (auto& o : outputs_) Napi::ObjectWrap<DeviceBuffer>::Unwrap(o.Value())->Release(env);
+  }
   const char* fn_;
   Napi::Promise::Deferred deferred_;
   std::vector<Napi::ObjectReference> refs_;
@@ -591,7 +595,7 @@ class BenchJob : public Base {
     if (!error.empty()) return Base::Complete(env, error);
     Napi::Float64Array arr = Napi::Float64Array::New(env, ms.size());
     for (size_t i = 0; i < ms.size(); i++) arr[i] = ms[i];
-    for (auto& o : this->outputs_) Napi::ObjectWrap<DeviceBuffer>::Unwrap(o.Value())->Release(env);
+    this->ReleaseOutputs(env);
     this->deferred_.Resolve(arr);
   }
 };

@@ -8,6 +8,7 @@
 //   npm start -- --quick      smaller shapes (a smoke run)
 import { performance } from 'node:perf_hooks';
 import { attentionFlops, buildInfo, devices, flashAttention, Tensor, type DType } from '../index';
+import { randn } from '../random';
 
 interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean }
 
@@ -24,25 +25,6 @@ const CPU_CASES: Case[] = [
   { B: 1, H: 8, Hkv: 2, N: 1024, D: 128, dtype: 'bfloat16', causal: true },
   { B: 2, H: 4, Hkv: 4, N: 512, D: 64, dtype: 'float16', causal: false },
 ];
-
-// Deterministic normal samples (mulberry32 + Box-Muller).
-function randn(n: number, seed: number): Float32Array {
-  let s = seed >>> 0;
-  const u = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i += 2) {
-    const r = Math.sqrt(-2 * Math.log(u() + 1e-12)), th = 2 * Math.PI * u();
-    out[i] = r * Math.cos(th);
-    if (i + 1 < n) out[i + 1] = r * Math.sin(th);
-  }
-  return out;
-}
 
 // Naive float64 attention for one query row (bshd layout), on the inputs as the kernel saw them.
 function naiveRow(c: Case, q: Float32Array, k: Float32Array, v: Float32Array, b: number, h: number, i: number): Float64Array {
