@@ -135,9 +135,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     else if (tid < BM / 2)
       cp_async_16(smem_u32(sDs + stage * BM) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
   };
-  // Iteration it covers query head hq = hk * group + it / n_m and row block m = m_begin + it % n_m,
-  // tracked incrementally.
-  int hq = hk * a.group, m = m_begin;
+  // Iteration it covers query head hq = hk * group + it / n_m and the (it % n_m)-th row block of
+  // that head's loop, tracked incrementally. The loop over a head's row blocks m_begin ..
+  // num_m_blocks - 1 starts at m_start (kOptStagger: spread over the loop by key block, wrapping).
+  int m_start = m_begin;
+  if constexpr ((Tr::kOpts & kOptStagger) != 0) {
+    if (n_m > 0) m_start += static_cast<int>((static_cast<int64_t>(n_block) * n_m) / a.num_n_blocks) % n_m;
+  }
+  int hq = hk * a.group, m = m_start, done_in_head = 0;
   if (total > 0) load_rows(hq, m, 0);
   cp_async_commit();
 
@@ -153,8 +158,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   for (int it = 0; it < total; ++it) {
     const int stage = S == 2 ? (it & 1) : 0;
     const int row0 = m * BM;
-    int next_h = hq, next_m = m + 1;
-    if (next_m == a.num_m_blocks) next_m = m_begin, ++next_h;
+    int next_h = hq, next_m = m + 1, next_done = done_in_head + 1;
+    if constexpr ((Tr::kOpts & kOptStagger) != 0) {
+      if (next_m == a.num_m_blocks) next_m = m_begin;
+      if (next_done == n_m) next_m = m_start, next_done = 0, ++next_h;
+    } else {
+      if (next_m == a.num_m_blocks) next_m = m_begin, next_done = 0, ++next_h;
+    }
     cp_async_wait<0>();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1's P, dS, buffers
     if constexpr (S == 2) {
@@ -186,30 +196,48 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     }
     __syncthreads();  // P, dS visible
 
-    warp_gemm2<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
-                                                         do_s + wd_kv * Tr::kTileDdKV * E, dk_acc,
-                                                         sdS + wn_kv * Tr::kTileNdKV * E,
-                                                         q_s + wd_kv * Tr::kTileDdKV * E, lane);
-    if constexpr (kAtomicDQ) {
-      float dq[MTq][NTq][4];
-      zero_acc(dq);
-      warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
-                                                         sK + wd_q * Tr::kTileDdQ * E, lane);
-      const int D = a.head_dim;
-      const int r0 = row0 + wm_q * Tr::kTileMdQ + g;  // this lane's first row
-      const int c0 = wd_q * Tr::kTileDdQ + 2 * t;     // and first column
-      float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * Nq + r0) * D + c0;
+    // dQ_i += dS K_j, reduced into the fp32 workspace.
+    auto dq_step = [&] {
+      if constexpr ((Tr::kOpts & kOptNoDq) != 0) return;
+      // kOptDqHalves: the warp tile's columns in two passes (half the accumulator registers live).
+      constexpr int kPasses = (Tr::kOpts & kOptDqHalves) != 0 ? 2 : 1;
+      constexpr int NTp = NTq / kPasses;
 #pragma unroll
-      for (int mt = 0; mt < MTq; ++mt)
+      for (int pass = 0; pass < kPasses; ++pass) {
+        float dq[MTq][NTp][4];
+        zero_acc(dq);
+        warp_gemm<Tr, MTq, NTp, BN, false, true, PPB, PB>(
+            dq, sdS + wm_q * Tr::kTileMdQ * PPB, sK + (wd_q * Tr::kTileDdQ + pass * NTp * 8) * E, lane);
+        const int D = a.head_dim;
+        const int r0 = row0 + wm_q * Tr::kTileMdQ + g;                   // this lane's first row
+        const int c0 = wd_q * Tr::kTileDdQ + pass * NTp * 8 + 2 * t;     // and first column
+        float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * Nq + r0) * D + c0;
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          if (r0 + mt * 16 + 8 * hr < Nq) {
-            float* row = gdq + (mt * 16 + 8 * hr) * D;
+        for (int mt = 0; mt < MTq; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < NTq; ++nt)
-              if (c0 + nt * 8 < D) red_add_f32x2(row + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+          for (int hr = 0; hr < 2; ++hr) {
+            if (r0 + mt * 16 + 8 * hr < Nq) {
+              float* row = gdq + (mt * 16 + 8 * hr) * D;
+#pragma unroll
+              for (int nt = 0; nt < NTp; ++nt)
+                if ((Tr::kOpts & kOptNoRed) == 0 && c0 + nt * 8 < D)
+                  red_add_f32x2(row + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+            }
           }
-        }
+      }
+    };
+    if constexpr (!Tr::kFuse && (Tr::kOpts & kOptDqMid) != 0) {
+      warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
+                                                          do_s + wd_kv * Tr::kTileDdKV * E, lane);
+      if constexpr (kAtomicDQ) dq_step();
+      warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dk_acc, sdS + wn_kv * Tr::kTileNdKV * E,
+                                                          q_s + wd_kv * Tr::kTileDdKV * E, lane);
+    } else {
+      warp_gemm2<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
+                                                           do_s + wd_kv * Tr::kTileDdKV * E, dk_acc,
+                                                           sdS + wn_kv * Tr::kTileNdKV * E,
+                                                           q_s + wd_kv * Tr::kTileDdKV * E, lane);
+      if constexpr (kAtomicDQ) dq_step();
     }
     if constexpr (S == 1) {
       if (it + 1 < total) {
@@ -218,7 +246,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         cp_async_commit();
       }
     }
-    hq = next_h, m = next_m;
+    hq = next_h, m = next_m, done_in_head = next_done;
   }
 
   // Epilogue: dK (times scale) and dV staged through the K and V tiles, then 16-byte stores.

@@ -23,16 +23,28 @@ namespace cuda {
 
 constexpr int kBwdMaxSmem = 227 * 1024;  // sm_90 opt-in limit; the launcher checks the device's
 
+// Main-kernel options (BwdTraits::kOpts).
+// kOptStagger: each key block starts its row loop at a different row block (spread over the loop),
+//   so the thread blocks running at one time add into different dQ rows instead of all into the same.
+// kOptDqMid: dQ = dS K and its reductions between the dV and dK products (FA2's order), so the
+//   reductions drain while dK is computed.
+// kOptNoRed / kOptNoDq: timing only (wrong dQ): skip the reductions / the whole dQ product.
+// kOptDqHalves: the dQ warp tile in two column passes (fewer live accumulator registers).
+constexpr int kOptStagger = 1, kOptNoRed = 2, kOptNoDq = 4, kOptDqMid = 8, kOptDqHalves = 16;
+
 template <typename T_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kWarpsMSdP_, int kWarpsNdKV_,
-          int kWarpsMdQ_, bool kFuse_ = false, int kStages_ = 2>
+          int kWarpsMdQ_, bool kFuse_ = false, int kStages_ = 2, int kOpts_ = 0>
 struct BwdTraits {
   using T = T_;
+  // Loop-order options of the main kernel (bit mask; kOptStagger etc. below). The timing-only bits
+  // (kOptNoRed, kOptNoDq) give wrong dQ and exist for the tuning build's leave-one-out timings.
+  static constexpr int kOpts = kOpts_;
   // 2: main kernel double-buffers Q / dO (and the dQ kernel K / V), so block i+1 loads during
   // block i. 1: single buffers (the next block loads after a barrier, exposed): the fallback for
   // devices whose shared memory per block is too small for 2 (sm_80: 163 KB).
   static constexpr int kStages = kStages_;
   using SingleStage = BwdTraits<T_, kHeadDim_, kBlockM_, kBlockN_, kNWarps_, kWarpsMSdP_, kWarpsNdKV_, kWarpsMdQ_,
-                                kFuse_, 1>;
+                                kFuse_, 1, kOpts_>;
   // S / dP (and dV / dK) products interleaved in one k loop (warp_gemm2).
   static constexpr bool kFuse = kFuse_;
   static constexpr bool kIsFp32 = sizeof(T) == 4;
@@ -89,6 +101,7 @@ struct BwdTraits {
   static_assert(kTileMSdP % 16 == 0 && kTileNSdP % (8 * kNPair) == 0, "S/dP warp tile: whole mma tiles");
   static_assert(kTileNdKV % 16 == 0 && kTileDdKV % (8 * kNPair) == 0, "dK/dV warp tile: whole mma tiles");
   static_assert(kTileMdQ % 16 == 0 && kTileDdQ % (8 * kNPair) == 0, "dQ warp tile: whole mma tiles");
+  static_assert((kOpts & kOptDqHalves) == 0 || kTileDdQ % (16 * kNPair) == 0, "dQ halves: whole mma tiles");
   static_assert(kBlockM % kK == 0 && kBlockN % kK == 0 && kHeadDim % kK == 0, "k steps");
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
   static_assert(kBlockM % 4 == 0 && kBlockM / 4 * 2 <= kThreads, "lse2/dsum slices: one 16-byte chunk per thread");

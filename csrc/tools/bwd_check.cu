@@ -3,7 +3,8 @@
 //   bwd_check                 random-shape correctness (>= 200 cases), error paths, training-step
 //                             sanity check, then timing
 //   bwd_check --small         a few small shapes only (for compute-sanitizer memcheck / racecheck)
-//   bwd_check --check-only | --bench-only | --cases N | --seed S | --reps N
+//   bwd_check --check-only | --bench-only | --cases N | --seed S | --reps N | --width W
+//   bwd_check --prof D N causal   four fp16 calls of one grid shape (profile the last with ncu)
 //   (built with -DFA_TUNE: also times the tile variants listed in tune_variants())
 //
 // Each case: random normal q, k, v, dO (fresh per case, fixed seeds), the CUDA forward gives o and
@@ -941,24 +942,44 @@ struct Variant {
   fa_dtype dtype;
   int width;
   BwdFn fn;
+  bool timing_only;  // leave-one-out variants (wrong dQ): not checked
 };
 std::vector<Variant> tune_variants() {
   using namespace fa::cuda;
   using H = __half;
   std::vector<Variant> v;
-#define FA_V(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT16, W, variant_main<__VA_ARGS__>()})
-#define FA_V32(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT32, W, variant_main<__VA_ARGS__>()})
-  // Run 2 showed no gain from interleaving (kFuse) or 16 warps; kept here: the defaults and the
-  // single-buffered fallbacks (sm_80), forced so that they are checked on this GPU too.
-  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2>);           // the default
-  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 1>);
-  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4>);            // the default
-  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4, false, 1>);
-  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2>);            // the default
-  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 1>);
-  FA_V32(128, BwdTraits<float, 128, 32, 64, 8, 2, 4, 2>);      // the default
-  FA_V32(128, BwdTraits<float, 128, 32, 64, 8, 2, 4, 2, false, 1>);
+#define FA_V(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT16, W, variant_main<__VA_ARGS__>(), false})
+#define FA_VT(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT16, W, variant_main<__VA_ARGS__>(), true})
+#define FA_V32(W, ...) v.push_back({#__VA_ARGS__, FA_FLOAT32, W, variant_main<__VA_ARGS__>(), false})
+  // Options (bwd_traits.cuh): 1 stagger, 2 no reductions (timing), 4 no dQ (timing), 8 dQ between
+  // dV and dK, 16 dQ in two column passes.
+  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2>);  // the default
+  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 2, 1>);
+  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 2, 8>);
+  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 2, 9>);
+  FA_V(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 2, 16>);
+  FA_VT(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 2, 2>);
+  FA_VT(128, BwdTraits<H, 128, 64, 128, 8, 2, 4, 2, false, 2, 4>);
+  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4>);  // the default
+  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4, false, 2, 1>);
+  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4, false, 2, 8>);
+  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4, false, 2, 9>);
+  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 4, 4, 4>);
+  FA_V(64, BwdTraits<H, 64, 128, 128, 8, 4, 4, 4, false, 2, 1>);
+  FA_VT(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4, false, 2, 2>);
+  FA_VT(64, BwdTraits<H, 64, 128, 128, 8, 2, 4, 4, false, 2, 4>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2>);  // the default
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 1>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 8>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 16>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 24>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 25>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 1, 0>);
+  FA_V(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, true, 2, 0>);
+  FA_VT(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 2>);
+  FA_VT(256, BwdTraits<H, 256, 64, 64, 8, 4, 2, 2, false, 2, 4>);
 #undef FA_V
+#undef FA_VT
 #undef FA_V32
   return v;
 }
@@ -969,6 +990,8 @@ std::vector<Variant> tune_variants() {
 int main(int argc, char** argv) {
   bool small = false, check = true, bench = true;
   int n_random = 240, reps = 20;
+  int only_width = 0;                // --width W: variants of one width only
+  int prof_d = 0, prof_n = 0, prof_c = 0;  // --prof D N causal: two API calls (for ncu), nothing else
   uint64_t seed = 20240612;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -978,8 +1001,14 @@ int main(int argc, char** argv) {
     else if (a == "--cases" && i + 1 < argc) n_random = atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (a == "--width" && i + 1 < argc) only_width = atoi(argv[++i]);
+    else if (a == "--prof" && i + 3 < argc) {
+      prof_d = atoi(argv[++i]), prof_n = atoi(argv[++i]), prof_c = atoi(argv[++i]);
+      check = bench = false;
+    }
     else {
-      printf("usage: bwd_check [--small] [--check-only] [--bench-only] [--cases N] [--seed S] [--reps N]\n");
+      printf("usage: bwd_check [--small] [--check-only] [--bench-only] [--cases N] [--seed S] [--reps N]\n"
+             "                 [--width W (tuning build: variants of one width)] [--prof D N causal]\n");
       return a == "--help" ? 0 : 1;
     }
   }
@@ -989,6 +1018,12 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int failures = 0;
+  (void)only_width;
+  if (prof_d) {
+    double f = 0;
+    const double ms = time_bwd({FA_FLOAT16, prof_d, prof_n, prof_c, BHSD, 0}, 1, stream, api_bwd(), 0, 0, &f);
+    printf("prof fp16 D%d N%d %s: %.3f ms %.1f TFLOP/s\n", prof_d, prof_n, prof_c ? "causal" : "full", ms, f / ms * 1e-9);
+  }
 
   if (check) {
     printf("error paths:\n");
@@ -1043,7 +1078,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (bench) {
+  if (bench && !only_width) {
     printf("timing (median of %d; B = 16384/N, H = 2048/D or 16 for D 256; TFLOP/s = 2.5 x fwd FLOPs):\n", reps);
     printf("  %-5s %4s %6s %-6s %9s %8s %9s %8s\n", "dtype", "D", "N", "mask", "bhsd ms", "TFLOP/s", "bshd ms",
            "TFLOP/s");
@@ -1088,8 +1123,10 @@ int main(int argc, char** argv) {
     for (const Variant& v : tune_variants()) {
       // Correctness through the variant: run the API once (workspace: lse2, dsum, zeroed dq_acc),
       // then the variant's main kernel must reproduce dk / dv (dq is not converted here).
+      if (only_width && v.width != only_width) continue;
       bool ok = true;
       for (int causal : {0, 1}) {
+        if (v.timing_only) break;
         Case c{v.dtype, 1, 2, 1, 300, 333, v.width, causal, BSHD, 1.f / std::sqrt((float)v.width), 0, 1};
         const BwdFn fn = v.fn;
         const CaseResult r = run_case(c, 99 + causal, stream, [&](const fa_bwd_params* p, cudaStream_t s) {
@@ -1107,7 +1144,7 @@ int main(int argc, char** argv) {
       }
       for (int N : {1024, 4096, 16384})
         for (int causal : {0, 1}) {
-          if (v.dtype == FA_FLOAT32 && N != 1024) continue;
+          if (v.dtype == FA_FLOAT32 ? N != 1024 : (N == 1024 || (causal && N == 4096))) continue;
           const int B = 16384 / N, H = v.width == 256 ? 16 : 2048 / v.width;
           Case c{v.dtype, B, H, H, N, N, v.width, causal, BHSD, 1.f / std::sqrt((float)v.width), 0, 0};
           fa_bwd_params tmp = make_bwd_params(c);

@@ -2,7 +2,7 @@
 //
 //   fwd_check                 random-shape correctness (>= 300 cases), error paths, then timing
 //   fwd_check --small         a few small shapes only (for compute-sanitizer memcheck / racecheck)
-//   fwd_check --check-only | --bench-only | --cases N | --seed S | --reps N
+//   fwd_check --check-only | --bench-only | --cases N | --seed S | --reps N | --width W
 //   (built with -DFA_TUNE: also times the tile variants listed in tune_variants())
 //
 // Correctness: inputs are random normal (fresh per case, fixed seeds), outputs poisoned with NaN
@@ -628,6 +628,7 @@ std::vector<Variant> tune_variants() {
 
 int main(int argc, char** argv) {
   bool small = false, check = true, bench = true;
+  int only_width = 0;  // --width W: time that head dim only (fp16/bf16 grid; no fp32)
   int n_random = 330, reps = 40;
   uint64_t seed = 20240611;
   for (int i = 1; i < argc; ++i) {
@@ -638,8 +639,9 @@ int main(int argc, char** argv) {
     else if (a == "--cases" && i + 1 < argc) n_random = atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = strtoull(argv[++i], nullptr, 10);
     else if (a == "--reps" && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (a == "--width" && i + 1 < argc) only_width = atoi(argv[++i]);
     else {
-      printf("usage: fwd_check [--small] [--check-only] [--bench-only] [--cases N] [--seed S] [--reps N]\n");
+      printf("usage: fwd_check [--small] [--check-only] [--bench-only] [--cases N] [--seed S] [--reps N] [--width W]\n");
       return a == "--help" ? 0 : 1;
     }
   }
@@ -687,8 +689,9 @@ int main(int argc, char** argv) {
     const fa_dtype lowp[2] = {FA_FLOAT16, FA_BFLOAT16};
     for (fa_dtype t : lowp)
       for (int D : {64, 128, 256})
-        for (int N : {1024, 4096, 16384})
+        for (int N : {1024, 4096, 8192, 16384})
           for (int causal : {0, 1}) {
+            if ((only_width && D != only_width) || (!only_width && N == 8192)) continue;
             fa_fwd_params p;
             const double ms = time_fwd({t, D, N, causal, BSHD}, reps, stream, api_fwd(), &p);
             const double ms2 = time_fwd({t, D, N, causal, BHSD}, reps, stream, api_fwd(), &p);
@@ -698,6 +701,7 @@ int main(int argc, char** argv) {
     for (int D : {32, 64, 128, 256})
       for (int N : {1024, 4096})
         for (int causal : {0, 1}) {
+          if (only_width) break;
           if (N == 4096 && (D == 32 || D == 256)) continue;
           fa_fwd_params p;
           const double ms = time_fwd({FA_FLOAT32, D, N, causal, BHSD}, std::max(5, reps / 3), stream, api_fwd(), &p);
