@@ -1,6 +1,8 @@
 #include "binding/device_queue.h"
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #ifdef FA_WITH_CUDA
 #include <cuda_runtime.h>
@@ -15,6 +17,19 @@ static std::string CudaMessage(cudaError_t e, const std::string& what) {
 #endif
 
 namespace {
+// Waits up to 100 us for `count` to become non-zero, without sleeping.
+void SpinUntilQueued(const std::atomic<int>& count) {
+  if (count.load(std::memory_order_acquire) != 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+  while (count.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+}
+
 struct EnvQueues {
   std::map<int, std::unique_ptr<DeviceQueue>> queues;
 };
@@ -66,6 +81,7 @@ void DeviceQueue::Post(Napi::Env env, std::unique_ptr<Job> job) {
     Pending p;
     p.job = std::move(job);
     to_submit_.push_back(std::move(p));
+    submit_queued_.fetch_add(1, std::memory_order_release);
   }
   submit_cv_.notify_one();
 }
@@ -78,6 +94,7 @@ void DeviceQueue::Free(AllocationPtr a) {
     Pending p;
     p.to_free = std::move(a);
     to_submit_.push_back(std::move(p));
+    submit_queued_.fetch_add(1, std::memory_order_release);
   }
   submit_cv_.notify_one();
 }
@@ -102,12 +119,14 @@ void DeviceQueue::SubmitLoop() {
 #endif
   for (;;) {
     Pending p;
+    SpinUntilQueued(submit_queued_);
     {
       std::unique_lock<std::mutex> lock(mu_);
       submit_cv_.wait(lock, [this] { return stopping_ || !to_submit_.empty(); });
       if (to_submit_.empty()) break;  // stopping and drained
       p = std::move(to_submit_.front());
       to_submit_.pop_front();
+      submit_queued_.fetch_sub(1, std::memory_order_relaxed);
     }
 #ifdef FA_WITH_CUDA
     if (p.to_free) {
@@ -159,6 +178,7 @@ void DeviceQueue::SubmitLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       to_complete_.push_back(std::move(p));
+      complete_queued_.fetch_add(1, std::memory_order_release);
     }
     complete_cv_.notify_one();
   }
@@ -174,12 +194,14 @@ void DeviceQueue::CompleteLoop() {
   for (;;) {
     Pending p;
     bool stopping;
+    SpinUntilQueued(complete_queued_);
     {
       std::unique_lock<std::mutex> lock(mu_);
       complete_cv_.wait(lock, [this] { return submit_done_ || !to_complete_.empty(); });
       if (to_complete_.empty()) break;
       p = std::move(to_complete_.front());
       to_complete_.pop_front();
+      complete_queued_.fetch_sub(1, std::memory_order_relaxed);
       stopping = stopping_;
     }
 #ifdef FA_WITH_CUDA

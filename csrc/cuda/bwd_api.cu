@@ -5,7 +5,8 @@
 //
 // Workspace (bytes; each part rounded up to 256):
 //   lse2, dsum: 2 * 4 * B * H * round_up(Nq, 128)       always
-//   dq_acc:     4 * B * H * Nq * head_dim                 atomic (non-deterministic) mode only
+//   dq_acc:     4 * B * H * round_up(Nq, 128) * W         atomic (non-deterministic) mode only
+//               (W: the head-dim tile width the kernel runs, 64 / 128 / 256; placement: DqLayout)
 // (0 bytes when B, H or Nq is 0).
 // Taken from the caller's p->workspace when given, else cudaMallocAsync / cudaFreeAsync on the
 // same stream (stream-ordered: no synchronisation).
@@ -19,6 +20,7 @@
 
 #include "common/errors.h"
 #include "cuda/bwd_args.cuh"
+#include "cuda/bwd_traits.cuh"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
 
@@ -87,8 +89,10 @@ WorkspaceLayout workspace_layout(const fa_bwd_params* p) {
   w.dsum = row_bytes;
   w.dq_acc = 2 * row_bytes;
   w.total = 2 * row_bytes;
-  if (!p->deterministic && p->head_dim > 0)
-    w.total += round256(rows * static_cast<size_t>(p->seqlen_q) * p->head_dim * 4);
+  if (!p->deterministic && p->head_dim > 0) {
+    const int width = pick_bwd_width(p->dtype, p->head_dim);
+    w.total += round256(rows * nq_pad * static_cast<size_t>(width > p->head_dim ? width : p->head_dim) * 4);
+  }
   return w;
 }
 
@@ -147,9 +151,9 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdArgs a) {
       a.lse2[r] = E == 4 ? lse : lse * 1.4426950408889634f;
       if (real && a.softmax_d != nullptr) a.softmax_d[bh * a.seqlen_q + i] = d;
     }
-    if (real && a.dq_acc != nullptr) {
-      float4* z = reinterpret_cast<float4*>(a.dq_acc + (bh * a.seqlen_q + i) * a.head_dim);
-      for (int c = sub; c < a.head_dim / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (valid && a.dq_acc != nullptr) {  // this row's share of the head's nq_pad x width floats
+      float4* z = reinterpret_cast<float4*>(a.dq_acc + r * a.dql.width);
+      for (int c = sub; c < a.dql.width / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
 }
@@ -169,8 +173,17 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs a) {
     const int64_t bh = row / a.seqlen_q;
     const int h = static_cast<int>(bh % a.heads);
     const int b = static_cast<int>(bh / a.heads);
-    const float4* src = reinterpret_cast<const float4*>(a.dq_acc + row * a.head_dim + c * 8);
-    float4 x = src[0], y = src[1];
+    const float* head = a.dq_acc + bh * a.nq_pad * a.dql.width;
+    float4 x, y;
+    if (a.dql.vec == 4) {  // eight columns: four float2 pieces at 16-byte steps
+      const int64_t o = dq_acc_offset(a.dql, i, c * 8);
+      const float2 p0 = *reinterpret_cast<const float2*>(head + o), p1 = *reinterpret_cast<const float2*>(head + o + 4);
+      const float2 p2 = *reinterpret_cast<const float2*>(head + o + 8), p3 = *reinterpret_cast<const float2*>(head + o + 12);
+      x = make_float4(p0.x, p0.y, p1.x, p1.y), y = make_float4(p2.x, p2.y, p3.x, p3.y);
+    } else {  // eight contiguous columns
+      const float4* src = reinterpret_cast<const float4*>(head + dq_acc_offset(a.dql, i, c * 8));
+      x = src[0], y = src[1];
+    }
     x.x *= sc, x.y *= sc, x.z *= sc, x.w *= sc;
     y.x *= sc, y.y *= sc, y.z *= sc, y.w *= sc;
     char* dst = static_cast<char*>(a.dq) + E * (b * a.dq_batch + i * a.dq_row + h * a.dq_head + c * 8);
@@ -201,8 +214,19 @@ unsigned grid_for(int64_t work_items, int per_block) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+// The dQ accumulator placement of the configuration that runs for (T, width) (BwdConfig; the
+// single-buffered fallback has the same warp grid, so the same placement).
+template <typename T, int W>
+bool try_layout(int width, DqLayout* L) {
+  if (width != W) return false;
+  *L = dq_layout_of<typename BwdConfig<T, W>::Traits>();
+  return true;
+}
+
 template <typename T>
 fa_status run_all(int width, bool det, BwdArgs a, cudaStream_t s) {
+  if (!(try_layout<T, 64>(width, &a.dql) || try_layout<T, 128>(width, &a.dql) || try_layout<T, 256>(width, &a.dql)))
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: no kernel for tile width " + std::to_string(width));
   if (a.seqlen_q > 0) {
     const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.nq_pad;
     (void)cudaGetLastError();

@@ -14,6 +14,31 @@ namespace cuda {
 // chunks without predication; the pad rows hold lse2 = +inf (P = 0) and dsum = 0.
 constexpr int kBwdRowPad = 128;
 
+// Placement of the fp32 dQ accumulator (atomic mode). Each (batch, head) owns nq_pad x width floats
+// (width = the kernel's head-dim tile width). perm = 0: row-major, element (i, c) at i * width + c.
+// perm = 1: the main kernel's fragment order, so that one warp's reduction instruction covers 256
+// contiguous bytes (two cache lines) instead of eight 32-byte pieces of eight rows: per row block
+// of bm rows (bm * width floats), per warp of the dQ warp grid (tile_m x tile_d floats; warps
+// ordered (row, column) as in the kernel), per C-fragment register pair j = (mt * 2 + hr) *
+// (tile_d / 8) + nt, per lane (g * 4 + t): two floats. Eight consecutive columns of one row (c a
+// multiple of 8) stay contiguous, so the convert kernel reads 32-byte pieces.
+// vec = 4: register pairs j and j + 1 (adjacent n8 tiles) of a lane are stored together as four
+// floats (one 16-byte reduction per lane, 512 contiguous bytes per warp instruction).
+struct DqLayout {
+  int perm, bm, tile_m, tile_d, width, vec;
+};
+__host__ __device__ __forceinline__ int64_t dq_acc_offset(const DqLayout& L, int i, int c) {
+  if (!L.perm) return static_cast<int64_t>(i) * L.width + c;
+  const int mb = i / L.bm, ri = i - mb * L.bm;
+  const int wm = ri / L.tile_m, r = ri - wm * L.tile_m;
+  const int wd = c / L.tile_d, cc = c - wd * L.tile_d;
+  const int j = ((r >> 4) * 2 + ((r >> 3) & 1)) * (L.tile_d / 8) + (cc >> 3);
+  const int lane = (r & 7) * 4 + ((cc >> 1) & 3);
+  const int per = L.vec / 2;  // register pairs per stored vector
+  return static_cast<int64_t>(mb) * L.bm * L.width + static_cast<int64_t>(wm * (L.width / L.tile_d) + wd) * L.tile_m * L.tile_d +
+         ((j / per) * 32 + lane) * L.vec + (j % per) * 2 + (cc & 1);
+}
+
 struct BwdArgs {
   const void* q;
   const void* k;
@@ -26,7 +51,8 @@ struct BwdArgs {
   const float* lse;   // caller's [B, H, Nq], natural log, +inf for rows that see no key
   float* lse2;        // workspace [B, H, nq_pad]: lse * log2(e) (fp32: lse); pad rows +inf
   float* dsum;        // workspace [B, H, nq_pad]: D = rowsum(dO * O); pad rows 0
-  float* dq_acc;      // workspace [B, H, Nq, head_dim] fp32 (atomic mode only, else null)
+  float* dq_acc;      // workspace fp32, [B, H] x nq_pad x dql.width placed by dql (atomic mode only, else null)
+  DqLayout dql;
   float* softmax_d;   // optional copy of D, [B, H, Nq]
   // Element strides.
   int64_t q_batch, q_row, q_head;

@@ -10,7 +10,10 @@
 //                                                          lse = +inf rows, i.e. rows that see no key)
 //   dS = P * (dP - D_i)                                   P and dS -> shared memory (as T)
 //   dV_j += P^T dO_i,  dK_j += dS^T Q_i                   (warp grid kWarpsNdKV x kWarpsDdKV)
-//   atomic mode: dQ_i += dS K_j, added to the fp32 workspace with red.global.add.v2.f32
+//   atomic mode: dQ_i += dS K_j, added to the fp32 workspace with red.global.add.v2/.v4.f32; with
+//                kOptDqPerm (the fp16/bf16 defaults) the workspace holds each warp's tile in the mma
+//                fragment order, so one reduction instruction covers 256 / 512 contiguous bytes
+//                (DqLayout in bwd_args.cuh; the convert kernel reads it back)
 // Causal (bottom-right aligned: row i sees key j iff j <= i + Nk - Nq): the row loop starts at the
 // first row block that can see key block j; only blocks crossing the diagonal or the ragged end of
 // the keys evaluate the mask.
@@ -98,6 +101,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   unsigned char* const sdS = sP + Tr::kSmemP;
   float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);  // [S][BM] lse2
   float* const sDs = sL + S * BM;                                // [S][BM] dsum
+  unsigned char* const sDqStage = reinterpret_cast<unsigned char*>(sDs + S * BM);  // kOptDqBulk
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -209,19 +213,101 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         warp_gemm<Tr, MTq, NTp, BN, false, true, PPB, PB>(
             dq, sdS + wm_q * Tr::kTileMdQ * PPB, sK + (wd_q * Tr::kTileDdQ + pass * NTp * 8) * E, lane);
         const int D = a.head_dim;
+        if constexpr (Tr::kDqPerm) {
+          // Fragment order: this warp's tile is tile_m x tile_d contiguous floats; register pair j of
+          // every lane at j * 64 + 2 * lane. Pad rows (>= Nq) and pad columns (>= head_dim) add zeros
+          // (their Q rows / K columns are zero-filled, their lse2 is +inf), inside the workspace.
+          float* const wbase = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row0) * W +
+                               (wm_q * Tr::kWarpsDdQ + wd_q) * (Tr::kTileMdQ * Tr::kTileDdQ);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          if constexpr (Tr::kDqBulk) {
+            bulk_wait_read_all();  // lane 0's previous reduction has read the staging tile
+            __syncwarp();
+            unsigned char* const st = sDqStage + warp * (Tr::kTileMdQ * Tr::kTileDdQ * 4);
+#pragma unroll
+            for (int mt = 0; mt < MTq; ++mt)
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+                for (int nt = 0; nt < NTp; ++nt)
+                  *reinterpret_cast<float2*>(st + (((mt * 2 + hr) * NTp + nt) * 32 + lane) * 8) =
+                      make_float2(dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) {
+              bulk_reduce_add_f32(wbase, smem_u32(st), Tr::kTileMdQ * Tr::kTileDdQ * 4);
+              bulk_commit();
+            }
+            continue;
+          }
+#endif
+          if ((Tr::kOpts & kOptRedGuard) != 0 && a.scale != 12345.f) continue;
+#pragma unroll
+          for (int mt = 0; mt < MTq; ++mt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              if constexpr (Tr::kDqVec == 4) {
+#pragma unroll
+                for (int nt = 0; nt < NTp; nt += 2)
+                  red_add_f32x4(wbase + (((mt * 2 + hr) * NTp + nt) / 2 * 32 + lane) * 4, dq[mt][nt][2 * hr],
+                                dq[mt][nt][2 * hr + 1], dq[mt][nt + 1][2 * hr], dq[mt][nt + 1][2 * hr + 1]);
+              } else {
+#pragma unroll
+                for (int nt = 0; nt < NTp; ++nt)
+                  red_add_f32x2(wbase + ((mt * 2 + hr) * NTp + nt) * 64 + 2 * lane, dq[mt][nt][2 * hr],
+                                dq[mt][nt][2 * hr + 1]);
+              }
+            }
+          continue;
+        }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if constexpr (Tr::kDqBulk) {
+          static_assert(Tr::kTileMdQ <= 32, "one row per lane");
+          // The previous bulk reductions of this warp must have read the staging tile.
+          bulk_wait_read_all();
+          __syncwarp();
+          unsigned char* const st = sDqStage + warp * Tr::kTileMdQ * Tr::kDqStagePitch;
+#pragma unroll
+          for (int mt = 0; mt < MTq; ++mt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+              for (int nt = 0; nt < NTp; ++nt)
+                *reinterpret_cast<float2*>(st + (mt * 16 + g + 8 * hr) * Tr::kDqStagePitch + (nt * 8 + 2 * t) * 4) =
+                    make_float2(dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+          fence_proxy_async();
+          __syncwarp();
+          const int row = row0 + wm_q * Tr::kTileMdQ + lane;
+          const int col = wd_q * Tr::kTileDdQ + pass * NTp * 8;
+          const int cols = min(NTp * 8, D - col);
+          if (lane < Tr::kTileMdQ && row < Nq && cols > 0) {
+            bulk_reduce_add_f32(a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row) * W + col,
+                                smem_u32(st + lane * Tr::kDqStagePitch), static_cast<uint32_t>(cols) * 4u);
+            bulk_commit();
+          }
+          continue;
+        }
+#endif
         const int r0 = row0 + wm_q * Tr::kTileMdQ + g;                   // this lane's first row
         const int c0 = wd_q * Tr::kTileDdQ + pass * NTp * 8 + 2 * t;     // and first column
-        float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * Nq + r0) * D + c0;
+        float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + r0) * W + c0;
+        if ((Tr::kOpts & kOptRedGuard) != 0 && a.scale != 12345.f) continue;
 #pragma unroll
         for (int mt = 0; mt < MTq; ++mt)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             if (r0 + mt * 16 + 8 * hr < Nq) {
-              float* row = gdq + (mt * 16 + 8 * hr) * D;
+              float* row = gdq + (mt * 16 + 8 * hr) * W;
 #pragma unroll
               for (int nt = 0; nt < NTp; ++nt)
-                if ((Tr::kOpts & kOptNoRed) == 0 && c0 + nt * 8 < D)
-                  red_add_f32x2(row + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+                if ((Tr::kOpts & kOptNoRed) == 0 && c0 + nt * 8 < D) {
+                  if constexpr ((Tr::kOpts & kOptScalarRed) != 0) {
+                    atomicAdd(row + nt * 8, dq[mt][nt][2 * hr]);
+                    atomicAdd(row + nt * 8 + 1, dq[mt][nt][2 * hr + 1]);
+                  } else {
+                    red_add_f32x2(row + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+                  }
+                }
             }
           }
       }
@@ -250,6 +336,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   }
 
   // Epilogue: dK (times scale) and dV staged through the K and V tiles, then 16-byte stores.
+  if constexpr (Tr::kDqBulk) bulk_wait_all();  // staging tiles read, reductions done
   cp_async_wait<0>();
   __syncthreads();
   {

@@ -30,7 +30,15 @@ constexpr int kBwdMaxSmem = 227 * 1024;  // sm_90 opt-in limit; the launcher che
 //   reductions drain while dK is computed.
 // kOptNoRed / kOptNoDq: timing only (wrong dQ): skip the reductions / the whole dQ product.
 // kOptDqHalves: the dQ warp tile in two column passes (fewer live accumulator registers).
-constexpr int kOptStagger = 1, kOptNoRed = 2, kOptNoDq = 4, kOptDqMid = 8, kOptDqHalves = 16;
+// kOptScalarRed: scalar reductions (one float each) instead of float2 ones.
+// kOptDqBulk (sm_90): each warp stages its dQ tile in shared memory (fp32, rows padded by 32 bytes)
+//   and reduces it into the workspace with one bulk asynchronous reduction per row (the TMA unit),
+//   instead of per-lane red instructions through the load/store pipe.
+// kOptRedGuard: timing only: keeps the dQ product but skips the reductions (runtime-guarded).
+// kOptDqPerm: the dQ accumulator in fragment order (DqLayout::perm, bwd_args.cuh).
+// kOptDqV4: with kOptDqPerm, two register pairs per 16-byte reduction (DqLayout::vec = 4).
+constexpr int kOptStagger = 1, kOptNoRed = 2, kOptNoDq = 4, kOptDqMid = 8, kOptDqHalves = 16, kOptScalarRed = 32,
+              kOptDqBulk = 128, kOptRedGuard = 256, kOptDqPerm = 512, kOptDqV4 = 1024;
 
 template <typename T_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kWarpsMSdP_, int kWarpsNdKV_,
           int kWarpsMdQ_, bool kFuse_ = false, int kStages_ = 2, int kOpts_ = 0>
@@ -88,8 +96,18 @@ struct BwdTraits {
   static constexpr int kSmemP = kBlockM * kPitchPB;      // P or dS
   static constexpr int kSmemRow = kBlockM * 4;           // one lse2 or dsum slice
 
-  // Main kernel: K, V; Q, dO, lse2, dsum (kStages buffers each); P, dS.
-  static constexpr int kSmemMain = 2 * kSmemKV + 2 * kStages * kSmemQ + 2 * kSmemP + 2 * kStages * kSmemRow;
+  // kOptDqBulk: per-warp dQ staging tile, kTileMdQ rows of kTileDdQ floats + 32 bytes (the 32-byte
+  // pad puts rows g and g + 4 of a fragment store on distinct bank halves: 2 wavefronts per 256 B).
+  static constexpr bool kDqBulk = (kOpts & kOptDqBulk) != 0;
+  static constexpr bool kDqPerm = (kOpts & kOptDqPerm) != 0;
+  static constexpr int kDqVec = kDqPerm && (kOpts & kOptDqV4) != 0 ? 4 : 2;
+  // Staging row pitch: fragment order (kDqPerm) needs none (each register pair of the warp is 256
+  // contiguous bytes); row order pads.
+  static constexpr int kDqStagePitch = kDqPerm ? kTileDdQ * 4 : kTileDdQ * 4 + 32;  // bytes
+  static constexpr int kSmemDqStage = kDqBulk ? kNWarps * kTileMdQ * kDqStagePitch : 0;
+  // Main kernel: K, V; Q, dO, lse2, dsum (kStages buffers each); P, dS; dQ staging (kOptDqBulk).
+  static constexpr int kSmemMain =
+      2 * kSmemKV + 2 * kStages * kSmemQ + 2 * kSmemP + 2 * kStages * kSmemRow + kSmemDqStage;
   // dQ kernel (deterministic mode): Q, dO, lse2, dsum; K, V (kStages buffers each); dS.
   static constexpr int kSmemDq = 2 * kSmemQ + 2 * kStages * kSmemKV + kSmemP + 2 * kSmemRow;
 
@@ -102,6 +120,9 @@ struct BwdTraits {
   static_assert(kTileNdKV % 16 == 0 && kTileDdKV % (8 * kNPair) == 0, "dK/dV warp tile: whole mma tiles");
   static_assert(kTileMdQ % 16 == 0 && kTileDdQ % (8 * kNPair) == 0, "dQ warp tile: whole mma tiles");
   static_assert((kOpts & kOptDqHalves) == 0 || kTileDdQ % (16 * kNPair) == 0, "dQ halves: whole mma tiles");
+  static_assert(!kDqPerm || (kOpts & kOptDqHalves) == 0, "fragment-order dQ: one pass");
+  static_assert((kOpts & kOptDqV4) == 0 || (kDqPerm && (kTileDdQ / 8) % 2 == 0 && (kOpts & kOptDqBulk) == 0),
+                "16-byte dQ reductions: fragment order, pairs of n8 tiles, no staging");
   static_assert(kBlockM % kK == 0 && kBlockN % kK == 0 && kHeadDim % kK == 0, "k steps");
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
   static_assert(kBlockM % 4 == 0 && kBlockM / 4 * 2 <= kThreads, "lse2/dsum slices: one 16-byte chunk per thread");
@@ -114,6 +135,12 @@ struct BwdTraits {
   static_assert(kSmemDq <= kBwdMaxSmem, "dQ kernel: shared memory over the sm_90 limit");
 };
 
+// The dQ accumulator placement a kernel configuration writes (the convert kernel reads it back).
+template <class Tr>
+constexpr DqLayout dq_layout_of() {
+  return DqLayout{Tr::kDqPerm ? 1 : 0, Tr::kBlockM, Tr::kTileMdQ, Tr::kTileDdQ, Tr::kHeadDim, Tr::kDqVec};
+}
+
 // ---- tile configuration per (element type, head-dim tile width) --------------------------------
 // BwdTraits<T, width, kBlockM, kBlockN, kNWarps, kWarpsMSdP, kWarpsNdKV, kWarpsMdQ>.
 // Measurements: bench/NOTES-bwd.md.
@@ -122,24 +149,24 @@ struct BwdConfig;
 
 template <typename T>
 struct BwdConfig<T, 64> {
-  // 128 x 128 blocks: S/dP warp tile 64 x 32, dK/dV 32 x 32, dQ 32 x 32.
-  // Run 1 (fp16 bhsd main kernel, N 1k/4k/16k full/causal, TFLOP/s): 222/188/230/220/234/236;
-  // 64 x 128 blocks (S/dP 32 x 32, dQ 32 x 16): 212/181/222/212/224/227; 64 x 64 with 4 warps:
-  // 208/188/213/206/213/213.
-  using Traits = BwdTraits<T, 64, 128, 128, 8, 2, 4, 4>;
+  // 128 x 128 blocks: S/dP warp tile 32 x 64 (FA2's 4/4/4), dK/dV 32 x 32, dQ 32 x 32; dQ
+  // accumulated in fragment order. Run 7 (fp16 bhsd main kernel, N 4k full / 16k full / 16k causal,
+  // TFLOP/s): 296/300/304; S/dP 64 x 32 (2/4/4, the run-4 default, row-major dQ): 251/256/257.
+  using Traits = BwdTraits<T, 64, 128, 128, 8, 4, 4, 4, false, 2, kOptDqPerm>;
 };
 template <typename T>
 struct BwdConfig<T, 128> {
-  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 64, dQ 32 x 32 (FA2's shape). Run 1:
-  // 264/218/278/256/281/284; S/dP 16 x 64 + dQ 16 x 64: 248/205/257/239/262/265; 128 x 64 blocks:
-  // 198/169/205/198/208/211; 64 x 64 with 4 warps: 187/168/194/190/197/201.
-  using Traits = BwdTraits<T, 128, 64, 128, 8, 2, 4, 2>;
+  // 64 x 128 blocks: S/dP warp tile 32 x 32, dK/dV 32 x 64, dQ 32 x 32 (FA2's shape); dQ in
+  // fragment order. Run 7: 315/321/323; row-major dQ: 286/290/293; 16-byte reductions: the same
+  // within 1%; 128 x 64 blocks (run 1): 198/205/208 at N 1k/4k/16k full.
+  using Traits = BwdTraits<T, 128, 64, 128, 8, 2, 4, 2, false, 2, kOptDqPerm>;
 };
 template <typename T>
 struct BwdConfig<T, 256> {
-  // 64 x 64 blocks: S/dP warp tile 16 x 32, dK/dV 32 x 64, dQ 32 x 64. Run 1: 193/175/199/195/
-  // 201/205; 64 x 32 blocks: 123/112/125/123/127/128.
-  using Traits = BwdTraits<T, 256, 64, 64, 8, 4, 2, 2>;
+  // 64 x 64 blocks: S/dP warp tile 16 x 32, dK/dV 32 x 64, dQ 32 x 64; dQ in fragment order with
+  // 16-byte reductions. Run 7: 240/240/247; 8-byte reductions 236/238/243; row-major dQ 207/207/212;
+  // 64 x 32 blocks (run 1): 125/127 at N 4k/16k full.
+  using Traits = BwdTraits<T, 256, 64, 64, 8, 4, 2, 2, false, 2, kOptDqPerm | kOptDqV4>;
 };
 
 // fp32 (3xTF32).

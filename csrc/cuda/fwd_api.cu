@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include <string>
 #include <type_traits>
@@ -139,12 +138,6 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   // positive factor keeps every unmasked exponent at 0 and -inf at -inf.
   const float s2 = fabsf(p->scale) * 1.4426950408889634f;
   a.scale_log2 = s2 > 1e-30f ? s2 : 1e-30f;
-  // Tuning switch (experiment): FA_FWD_ROTATE=1 rotates the key loop of non-causal row blocks.
-  static const int rotate = [] {
-    const char* e = getenv("FA_FWD_ROTATE");
-    return e != nullptr && e[0] == '1' ? 1 : 0;
-  }();
-  a.rotate = rotate;
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (p->dtype) {

@@ -27,7 +27,6 @@ struct FwdArgs {
   int causal;
   int negate_s;        // scale < 0: the kernel negates S and uses |scale|
   float scale_log2;    // |scale| * log2(e) (a tiny positive number when scale == 0)
-  int rotate;          // fp16/bf16 kernel, non-causal: rotate each row block's key loop (see the kernel)
 };
 
 // Defined once per (element type, tile width) in csrc/generated/fwd_<dtype>_hdim<W>.cu.

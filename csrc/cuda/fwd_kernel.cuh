@@ -68,11 +68,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
   const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> v_loader(tid);
   q_loader.load(sQ, gq, a.q_row * 2, q_rows, valid_chunks);
   cp_async_commit();
-  // Key blocks are visited in descending order from n_first, wrapping around (a.rotate, non-causal:
-  // the row blocks of one head start at different key blocks, so the thread blocks running at the
-  // same time do not all read the same K / V tile at once).
   int n = n_blocks - 1;
-  if (a.rotate && !a.causal) n -= static_cast<int>(static_cast<int64_t>(bc.m_block) * n_blocks / a.num_m_blocks);
   k_loader.load(sK, gk + n * BN * a.k_row * 2, a.k_row * 2, Nk - n * BN, valid_chunks);
   if constexpr (Tr::kStages == 2) v_loader.load(sV, gv + n * BN * a.v_row * 2, a.v_row * 2, Nk - n * BN, valid_chunks);
   cp_async_commit();
@@ -112,9 +108,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
-  for (int it = 0; it < n_blocks; ++it) {
-    const bool more = it + 1 < n_blocks;
-    const int n_next = n == 0 ? n_blocks - 1 : n - 1;
+  for (int it = 0; n >= 0; --n, ++it) {
     float s[kMT][BN / 8][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -128,10 +122,10 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
     cp_async_wait<0>();
     __syncthreads();  // block n's tiles visible to all; every warp is done with block n+1's buffers
     if constexpr (Tr::kStages == 2) {
-      if (more) {
+      if (n > 0) {
         const uint32_t next = stage ^ Tr::kSmemK;
-        k_loader.load(sK + next, gk + n_next * BN * a.k_row * 2, a.k_row * 2, Nk - n_next * BN, valid_chunks);
-        v_loader.load(sV + next, gv + n_next * BN * a.v_row * 2, a.v_row * 2, Nk - n_next * BN, valid_chunks);
+        k_loader.load(sK + next, gk + (n - 1) * BN * a.k_row * 2, a.k_row * 2, Nk - (n - 1) * BN, valid_chunks);
+        v_loader.load(sV + next, gv + (n - 1) * BN * a.v_row * 2, a.v_row * 2, Nk - (n - 1) * BN, valid_chunks);
         cp_async_commit();
       }
     } else {
@@ -193,8 +187,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
     if constexpr (Tr::kStages == 1) {
       cp_async_wait<0>();
       __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
-      if (more) {
-        k_loader.load(sK, gk + n_next * BN * a.k_row * 2, a.k_row * 2, Nk - n_next * BN, valid_chunks);
+      if (n > 0) {
+        k_loader.load(sK, gk + (n - 1) * BN * a.k_row * 2, a.k_row * 2, Nk - (n - 1) * BN, valid_chunks);
         cp_async_commit();
       }
     }
@@ -231,7 +225,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
         }
       }
     }
-    n = n_next;
   }
 
   // Epilogue. Rows that saw no key (l == 0) get O = 0 and lse = +inf. Each warp stages only its own

@@ -612,6 +612,8 @@ std::vector<Variant> tune_variants() {
   // Candidates kept for the next tuning round (the chosen ones are in fwd_traits.cuh).
   FA_V(128, FwdTraits<H, 128, 128, 64, 4, false, 1, 1>);
   FA_V(128, FwdTraits<H, 128, 128, 32, 4, false, 1, 2>);
+  FA_V(128, FwdTraits<H, 128, 128, 64, 4, false, 2, 1>);
+  FA_V(128, FwdTraits<H, 128, 128, 32, 4, false, 2, 2>);
   FA_V(64, FwdTraits<H, 64, 128, 64, 4, true, 1, 2>);
   FA_V(64, FwdTraits<H, 64, 128, 128, 4, true, 1, 1>);
   FA_V(256, FwdTraits<H, 256, 64, 64, 4, false, 1, 2>);
@@ -714,6 +716,7 @@ int main(int argc, char** argv) {
   if (bench) {
     printf("tile variants (fp16 unless noted, bhsd; each first checked on 2 shapes):\n");
     for (const Variant& v : tune_variants()) {
+      if (only_width && v.width != only_width) continue;
       bool ok = true;
       for (int causal : {0, 1}) {
         Case c{v.dtype, 1, 2, 1, 300, 333, v.width, causal, BSHD, 1.f / std::sqrt((float)v.width)};
