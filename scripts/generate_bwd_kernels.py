@@ -8,8 +8,9 @@ The generated files are committed: the build never runs Python.
 Keep WIDTHS_16 / WIDTHS_32 equal to kBwdWidths16 / kBwdWidths32 in csrc/cuda/bwd_api.cu.
 Usage: python3 scripts/generate_bwd_kernels.py [--check]
 """
-import os
 import sys
+
+from generated_files import sync
 
 WIDTHS_16 = [64, 128, 256]  # fp16 and bf16
 WIDTHS_32 = [64, 128, 256]  # fp32 (3xTF32)
@@ -37,29 +38,7 @@ def files():
 
 
 def main():
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc", "generated")
-    os.makedirs(root, exist_ok=True)
-    want = files()
-    check = "--check" in sys.argv[1:]
-    stale = []
-    for name in sorted(os.listdir(root)):
-        if name.startswith("bwd_") and name.endswith(".cu") and name not in want:
-            stale.append(name)
-            if not check:
-                os.remove(os.path.join(root, name))
-    for name, text in want.items():
-        path = os.path.join(root, name)
-        old = open(path).read() if os.path.exists(path) else None
-        if old != text:
-            stale.append(name)
-            if not check:
-                with open(path, "w") as f:
-                    f.write(text)
-    if check and stale:
-        print("out of date: " + ", ".join(stale))
-        return 1
-    print(("up to date" if check else "wrote") + f": {len(want)} files in csrc/generated")
-    return 0
+    return sync("bwd_", files())
 
 
 if __name__ == "__main__":

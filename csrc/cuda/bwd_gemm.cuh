@@ -47,41 +47,6 @@ __device__ __forceinline__ void red_add_f32x4(float* p, float x, float y, float 
 #endif
 }
 
-// Bulk asynchronous reduction (sm_90, the TMA unit): adds `bytes` of fp32 values from shared memory
-// into global memory, element by element. `dst` and `src` 16-byte aligned, `bytes` a multiple of
-// 16. Completion is tracked per thread by bulk groups (commit, then wait until read / done).
-// The shared-memory source must be made visible to the async proxy first (fence_proxy_async).
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-// Waits until this thread's bulk groups have finished reading their shared-memory sources.
-__device__ __forceinline__ void bulk_wait_read_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-#endif
-}
-// Waits until this thread's bulk groups are complete (writes performed).
-__device__ __forceinline__ void bulk_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-#endif
-}
-// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy reads.
-__device__ __forceinline__ void fence_proxy_async() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 // 4-byte cp.async (no L1 bypass for 4-byte copies).
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));

@@ -78,6 +78,100 @@ __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (
     }
 }
 
+// Loads one query row block of head h: Q_i and dO_i (zero-filled past Nq and past head_dim) and the
+// block's lse2 / dsum slices (the workspace pads them to nq_pad rows, so whole 16-byte chunks).
+template <class Tr, class Loader>
+__device__ __forceinline__ void load_row_block(const Loader& loader, unsigned char* q_s, unsigned char* do_s, float* l_s,
+                                               float* d_s, const BwdArgs& a, int b, int h, int row0, int tid,
+                                               int valid_chunks) {
+  constexpr int E = Tr::kElem;
+  constexpr int BM = Tr::kBlockM;
+  const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + h * a.q_head + row0 * a.q_row);
+  const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + h * a.do_head + row0 * a.do_row);
+  loader.load(smem_u32(q_s), gq, a.q_row * E, a.seqlen_q - row0, valid_chunks);
+  loader.load(smem_u32(do_s), gdo, a.do_row * E, a.seqlen_q - row0, valid_chunks);
+  const int64_t roff = (static_cast<int64_t>(b) * a.heads + h) * a.nq_pad + row0;
+  if (tid < BM / 4)
+    cp_async_16(smem_u32(l_s) + tid * 16, a.lse2 + roff + tid * 4, true);
+  else if (tid < BM / 2)
+    cp_async_16(smem_u32(d_s) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
+}
+
+// S = Q_i K_j^T and dP = dO_i V_j^T for this warp's S/dP tile, then P and dS to shared memory
+// (softmax_grad_tile; the mask is evaluated only on blocks crossing the diagonal or the ragged end of
+// the keys). row0 / key0: the block's first query row and key.
+template <class Tr, bool kStoreP>
+__device__ __forceinline__ void sdp_softmax_grad(const unsigned char* q_s, const unsigned char* do_s,
+                                                 const unsigned char* k_s, const unsigned char* v_s, const float* l_s,
+                                                 const float* d_s, unsigned char* sP, unsigned char* sdS,
+                                                 const BwdArgs& a, int row0, int key0, int warp, int lane) {
+  constexpr int MTs = Tr::kTileMSdP / 16, NTs = Tr::kTileNSdP / 8;
+  constexpr int PB = Tr::kPitchB;
+  const int wm = warp / Tr::kWarpsNSdP, wn = warp % Tr::kWarpsNSdP;
+  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  float s[MTs][NTs][4], dp[MTs][NTs][4];
+  zero_acc(s);
+  zero_acc(dp);
+  warp_gemm2<Tr, MTs, NTs, Tr::kHeadDim, false, false, PB, PB>(s, q_s + wm * Tr::kTileMSdP * PB,
+                                                                k_s + wn * Tr::kTileNSdP * PB, dp,
+                                                                do_s + wm * Tr::kTileMSdP * PB,
+                                                                v_s + wn * Tr::kTileNSdP * PB, lane);
+  const bool need_mask = key0 + Tr::kBlockN > Nk || (a.causal && key0 + Tr::kBlockN - 1 > row0 + Nk - Nq);
+  const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
+  if (need_mask)
+    softmax_grad_tile<Tr, kStoreP, true>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, Nk - key0,
+                                         mask_diag, a.scale, a.scale_log2, lane);
+  else
+    softmax_grad_tile<Tr, kStoreP, false>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, Nk - key0,
+                                          mask_diag, a.scale, a.scale_log2, lane);
+}
+
+// Adds this warp's dQ tile (C fragments: rows g and g + 8 of each m16 tile, columns 2t, 2t + 1 of
+// each n8 tile) into one head's fp32 accumulator (nq_pad x W floats, DqLayout in bwd_args.cuh).
+// Fragment order (kDqPerm): the warp's tile_m x tile_d floats are contiguous, register pair
+// j = (mt * 2 + hr) * NT + nt of every lane at j * 64 + 2 * lane (kDqVec 4: pairs j, j + 1 together
+// at (j / 2 * 32 + lane) * 4), so one reduction instruction covers 256 / 512 contiguous bytes. Pad
+// rows (>= Nq) and pad columns (>= head_dim) add zeros there (zero-filled Q rows and K columns, lse2
+// = +inf), inside the workspace. Row-major: element (i, c) at i * W + c; pads skipped.
+template <class Tr, int MT, int NT>
+__device__ __forceinline__ void add_dq_tile(const float (&dq)[MT][NT][4], float* head_acc, int row0, int warp,
+                                            int lane, int Nq, int D) {
+  constexpr int W = Tr::kHeadDim;
+  if constexpr (Tr::kDqPerm) {
+    float* const base = head_acc + static_cast<int64_t>(row0) * W + warp * (Tr::kTileMdQ * Tr::kTileDdQ);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        if constexpr (Tr::kDqVec == 4) {
+#pragma unroll
+          for (int nt = 0; nt < NT; nt += 2)
+            red_add_f32x4(base + (((mt * 2 + hr) * NT + nt) / 2 * 32 + lane) * 4, dq[mt][nt][2 * hr],
+                          dq[mt][nt][2 * hr + 1], dq[mt][nt + 1][2 * hr], dq[mt][nt + 1][2 * hr + 1]);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            red_add_f32x2(base + ((mt * 2 + hr) * NT + nt) * 64 + 2 * lane, dq[mt][nt][2 * hr],
+                          dq[mt][nt][2 * hr + 1]);
+        }
+      }
+  } else {
+    const int r0 = row0 + warp / Tr::kWarpsDdQ * Tr::kTileMdQ + (lane >> 2);  // this lane's first row
+    const int c0 = warp % Tr::kWarpsDdQ * Tr::kTileDdQ + 2 * (lane & 3);       // and first column
+    float* const p = head_acc + static_cast<int64_t>(r0) * W + c0;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        if (r0 + mt * 16 + 8 * hr < Nq) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            if (c0 + nt * 8 < D) red_add_f32x2(p + (mt * 16 + 8 * hr) * W + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
+        }
+      }
+  }
+}
+
 template <class Tr, bool kAtomicDQ>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs a) {
   constexpr int E = Tr::kElem;
@@ -87,7 +181,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   constexpr int PB = Tr::kPitchB;
   constexpr int PPB = Tr::kPitchPB;
   constexpr int kThreads = Tr::kThreads;
-  constexpr int MTs = Tr::kTileMSdP / 16, NTs = Tr::kTileNSdP / 8;
   constexpr int MTkv = Tr::kTileNdKV / 16, NTkv = Tr::kTileDdKV / 8;
   constexpr int MTq = Tr::kTileMdQ / 16, NTq = Tr::kTileDdQ / 8;
 
@@ -101,7 +194,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   unsigned char* const sdS = sP + Tr::kSmemP;
   float* const sL = reinterpret_cast<float*>(sdS + Tr::kSmemP);  // [S][BM] lse2
   float* const sDs = sL + S * BM;                                // [S][BM] dsum
-  unsigned char* const sDqStage = reinterpret_cast<unsigned char*>(sDs + S * BM);  // kOptDqBulk
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -128,25 +220,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 
   const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
   auto load_rows = [&](int hq, int m, int stage) {
-    const int row0 = m * BM;
-    const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + hq * a.q_head + row0 * a.q_row);
-    const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + hq * a.do_head + row0 * a.do_row);
-    q_loader.load(smem_u32(sQ + stage * Tr::kSmemQ), gq, a.q_row * E, Nq - row0, valid_chunks);
-    q_loader.load(smem_u32(sdO + stage * Tr::kSmemQ), gdo, a.do_row * E, Nq - row0, valid_chunks);
-    const int64_t roff = (static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row0;
-    if (tid < BM / 4)
-      cp_async_16(smem_u32(sL + stage * BM) + tid * 16, a.lse2 + roff + tid * 4, true);
-    else if (tid < BM / 2)
-      cp_async_16(smem_u32(sDs + stage * BM) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
+    load_row_block<Tr>(q_loader, sQ + stage * Tr::kSmemQ, sdO + stage * Tr::kSmemQ, sL + stage * BM, sDs + stage * BM,
+                       a, b, hq, m * BM, tid, valid_chunks);
   };
-  // Iteration it covers query head hq = hk * group + it / n_m and the (it % n_m)-th row block of
-  // that head's loop, tracked incrementally. The loop over a head's row blocks m_begin ..
-  // num_m_blocks - 1 starts at m_start (kOptStagger: spread over the loop by key block, wrapping).
-  int m_start = m_begin;
-  if constexpr ((Tr::kOpts & kOptStagger) != 0) {
-    if (n_m > 0) m_start += static_cast<int>((static_cast<int64_t>(n_block) * n_m) / a.num_n_blocks) % n_m;
-  }
-  int hq = hk * a.group, m = m_start, done_in_head = 0;
+  // Iteration it covers query head hq = hk * group + it / n_m and row block m = m_begin + it % n_m,
+  // tracked incrementally.
+  int hq = hk * a.group, m = m_begin;
   if (total > 0) load_rows(hq, m, 0);
   cp_async_commit();
 
@@ -154,7 +233,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   zero_acc(dv_acc);
   zero_acc(dk_acc);
 
-  const int wm_s = warp / Tr::kWarpsNSdP, wn_s = warp % Tr::kWarpsNSdP;
   const int wn_kv = warp / Tr::kWarpsDdKV, wd_kv = warp % Tr::kWarpsDdKV;
   const int wm_q = warp / Tr::kWarpsDdQ, wd_q = warp % Tr::kWarpsDdQ;
   const int mask_base = Nk - key0;
@@ -162,13 +240,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   for (int it = 0; it < total; ++it) {
     const int stage = S == 2 ? (it & 1) : 0;
     const int row0 = m * BM;
-    int next_h = hq, next_m = m + 1, next_done = done_in_head + 1;
-    if constexpr ((Tr::kOpts & kOptStagger) != 0) {
-      if (next_m == a.num_m_blocks) next_m = m_begin;
-      if (next_done == n_m) next_m = m_start, next_done = 0, ++next_h;
-    } else {
-      if (next_m == a.num_m_blocks) next_m = m_begin, next_done = 0, ++next_h;
-    }
+    int next_h = hq, next_m = m + 1;
+    if (next_m == a.num_m_blocks) next_m = m_begin, ++next_h;
     cp_async_wait<0>();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1's P, dS, buffers
     if constexpr (S == 2) {
@@ -181,149 +254,23 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     const float* const l_s = sL + stage * BM;
     const float* const d_s = sDs + stage * BM;
 
-    {
-      float s[MTs][NTs][4], dp[MTs][NTs][4];
-      zero_acc(s);
-      zero_acc(dp);
-      warp_gemm2<Tr, MTs, NTs, W, false, false, PB, PB>(s, q_s + wm_s * Tr::kTileMSdP * PB,
-                                                         sK + wn_s * Tr::kTileNSdP * PB, dp,
-                                                         do_s + wm_s * Tr::kTileMSdP * PB,
-                                                         sV + wn_s * Tr::kTileNSdP * PB, lane);
-      const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
-      const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
-      if (need_mask)
-        softmax_grad_tile<Tr, true, true>(s, dp, l_s, d_s, sP, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
-                                          mask_base, mask_diag, a.scale, a.scale_log2, lane);
-      else
-        softmax_grad_tile<Tr, true, false>(s, dp, l_s, d_s, sP, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
-                                           mask_base, mask_diag, a.scale, a.scale_log2, lane);
-    }
+    sdp_softmax_grad<Tr, true>(q_s, do_s, sK, sV, l_s, d_s, sP, sdS, a, row0, key0, warp, lane);
     __syncthreads();  // P, dS visible
 
-    // dQ_i += dS K_j, reduced into the fp32 workspace.
-    auto dq_step = [&] {
-      if constexpr ((Tr::kOpts & kOptNoDq) != 0) return;
-      // kOptDqHalves: the warp tile's columns in two passes (half the accumulator registers live).
-      constexpr int kPasses = (Tr::kOpts & kOptDqHalves) != 0 ? 2 : 1;
-      constexpr int NTp = NTq / kPasses;
-#pragma unroll
-      for (int pass = 0; pass < kPasses; ++pass) {
-        float dq[MTq][NTp][4];
-        zero_acc(dq);
-        warp_gemm<Tr, MTq, NTp, BN, false, true, PPB, PB>(
-            dq, sdS + wm_q * Tr::kTileMdQ * PPB, sK + (wd_q * Tr::kTileDdQ + pass * NTp * 8) * E, lane);
-        const int D = a.head_dim;
-        if constexpr (Tr::kDqPerm) {
-          // Fragment order: this warp's tile is tile_m x tile_d contiguous floats; register pair j of
-          // every lane at j * 64 + 2 * lane. Pad rows (>= Nq) and pad columns (>= head_dim) add zeros
-          // (their Q rows / K columns are zero-filled, their lse2 is +inf), inside the workspace.
-          float* const wbase = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row0) * W +
-                               (wm_q * Tr::kWarpsDdQ + wd_q) * (Tr::kTileMdQ * Tr::kTileDdQ);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          if constexpr (Tr::kDqBulk) {
-            bulk_wait_read_all();  // lane 0's previous reduction has read the staging tile
-            __syncwarp();
-            unsigned char* const st = sDqStage + warp * (Tr::kTileMdQ * Tr::kTileDdQ * 4);
-#pragma unroll
-            for (int mt = 0; mt < MTq; ++mt)
-#pragma unroll
-              for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-                for (int nt = 0; nt < NTp; ++nt)
-                  *reinterpret_cast<float2*>(st + (((mt * 2 + hr) * NTp + nt) * 32 + lane) * 8) =
-                      make_float2(dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
-            fence_proxy_async();
-            __syncwarp();
-            if (lane == 0) {
-              bulk_reduce_add_f32(wbase, smem_u32(st), Tr::kTileMdQ * Tr::kTileDdQ * 4);
-              bulk_commit();
-            }
-            continue;
-          }
-#endif
-          if ((Tr::kOpts & kOptRedGuard) != 0 && a.scale != 12345.f) continue;
-#pragma unroll
-          for (int mt = 0; mt < MTq; ++mt)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              if constexpr (Tr::kDqVec == 4) {
-#pragma unroll
-                for (int nt = 0; nt < NTp; nt += 2)
-                  red_add_f32x4(wbase + (((mt * 2 + hr) * NTp + nt) / 2 * 32 + lane) * 4, dq[mt][nt][2 * hr],
-                                dq[mt][nt][2 * hr + 1], dq[mt][nt + 1][2 * hr], dq[mt][nt + 1][2 * hr + 1]);
-              } else {
-#pragma unroll
-                for (int nt = 0; nt < NTp; ++nt)
-                  red_add_f32x2(wbase + ((mt * 2 + hr) * NTp + nt) * 64 + 2 * lane, dq[mt][nt][2 * hr],
-                                dq[mt][nt][2 * hr + 1]);
-              }
-            }
-          continue;
-        }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if constexpr (Tr::kDqBulk) {
-          static_assert(Tr::kTileMdQ <= 32, "one row per lane");
-          // The previous bulk reductions of this warp must have read the staging tile.
-          bulk_wait_read_all();
-          __syncwarp();
-          unsigned char* const st = sDqStage + warp * Tr::kTileMdQ * Tr::kDqStagePitch;
-#pragma unroll
-          for (int mt = 0; mt < MTq; ++mt)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-              for (int nt = 0; nt < NTp; ++nt)
-                *reinterpret_cast<float2*>(st + (mt * 16 + g + 8 * hr) * Tr::kDqStagePitch + (nt * 8 + 2 * t) * 4) =
-                    make_float2(dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
-          fence_proxy_async();
-          __syncwarp();
-          const int row = row0 + wm_q * Tr::kTileMdQ + lane;
-          const int col = wd_q * Tr::kTileDdQ + pass * NTp * 8;
-          const int cols = min(NTp * 8, D - col);
-          if (lane < Tr::kTileMdQ && row < Nq && cols > 0) {
-            bulk_reduce_add_f32(a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row) * W + col,
-                                smem_u32(st + lane * Tr::kDqStagePitch), static_cast<uint32_t>(cols) * 4u);
-            bulk_commit();
-          }
-          continue;
-        }
-#endif
-        const int r0 = row0 + wm_q * Tr::kTileMdQ + g;                   // this lane's first row
-        const int c0 = wd_q * Tr::kTileDdQ + pass * NTp * 8 + 2 * t;     // and first column
-        float* gdq = a.dq_acc + ((static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + r0) * W + c0;
-        if ((Tr::kOpts & kOptRedGuard) != 0 && a.scale != 12345.f) continue;
-#pragma unroll
-        for (int mt = 0; mt < MTq; ++mt)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            if (r0 + mt * 16 + 8 * hr < Nq) {
-              float* row = gdq + (mt * 16 + 8 * hr) * W;
-#pragma unroll
-              for (int nt = 0; nt < NTp; ++nt)
-                if ((Tr::kOpts & kOptNoRed) == 0 && c0 + nt * 8 < D) {
-                  if constexpr ((Tr::kOpts & kOptScalarRed) != 0) {
-                    atomicAdd(row + nt * 8, dq[mt][nt][2 * hr]);
-                    atomicAdd(row + nt * 8 + 1, dq[mt][nt][2 * hr + 1]);
-                  } else {
-                    red_add_f32x2(row + nt * 8, dq[mt][nt][2 * hr], dq[mt][nt][2 * hr + 1]);
-                  }
-                }
-            }
-          }
-      }
-    };
-    if constexpr (!Tr::kFuse && (Tr::kOpts & kOptDqMid) != 0) {
-      warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
-                                                          do_s + wd_kv * Tr::kTileDdKV * E, lane);
-      if constexpr (kAtomicDQ) dq_step();
-      warp_gemm<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dk_acc, sdS + wn_kv * Tr::kTileNdKV * E,
-                                                          q_s + wd_kv * Tr::kTileDdKV * E, lane);
-    } else {
-      warp_gemm2<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
-                                                           do_s + wd_kv * Tr::kTileDdKV * E, dk_acc,
-                                                           sdS + wn_kv * Tr::kTileNdKV * E,
-                                                           q_s + wd_kv * Tr::kTileDdKV * E, lane);
-      if constexpr (kAtomicDQ) dq_step();
+    warp_gemm2<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
+                                                         do_s + wd_kv * Tr::kTileDdKV * E, dk_acc,
+                                                         sdS + wn_kv * Tr::kTileNdKV * E,
+                                                         q_s + wd_kv * Tr::kTileDdKV * E, lane);
+    if constexpr (kAtomicDQ && (Tr::kOpts & kOptNoDq) == 0) {
+      // dQ_i += dS K_j, added into the fp32 workspace.
+      float dq[MTq][NTq][4];
+      zero_acc(dq);
+      warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
+                                                         sK + wd_q * Tr::kTileDdQ * E, lane);
+      // kOptRedGuard (timing only): the product stays, the reductions are skipped.
+      if ((Tr::kOpts & kOptRedGuard) == 0 || a.scale == 12345.f)
+        add_dq_tile<Tr>(dq, a.dq_acc + (static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad * W, row0, warp, lane, Nq,
+                        a.head_dim);
     }
     if constexpr (S == 1) {
       if (it + 1 < total) {
@@ -332,11 +279,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
         cp_async_commit();
       }
     }
-    hq = next_h, m = next_m, done_in_head = next_done;
+    hq = next_h, m = next_m;
   }
 
   // Epilogue: dK (times scale) and dV staged through the K and V tiles, then 16-byte stores.
-  if constexpr (Tr::kDqBulk) bulk_wait_all();  // staging tiles read, reductions done
   cp_async_wait<0>();
   __syncthreads();
   {
@@ -373,13 +319,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a) {
   constexpr int E = Tr::kElem;
-  constexpr int W = Tr::kHeadDim;
   constexpr int BM = Tr::kBlockM;
   constexpr int BN = Tr::kBlockN;
   constexpr int PB = Tr::kPitchB;
   constexpr int PPB = Tr::kPitchPB;
   constexpr int kThreads = Tr::kThreads;
-  constexpr int MTs = Tr::kTileMSdP / 16, NTs = Tr::kTileNSdP / 8;
   constexpr int MTq = Tr::kTileMdQ / 16, NTq = Tr::kTileDdQ / 8;
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -412,17 +356,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
 
   const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
   const TileLoader<BN, Tr::kChunksPerRow, PB, kThreads> kv_loader(tid);
-  {
-    const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + h * a.q_head + row0 * a.q_row);
-    const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + h * a.do_head + row0 * a.do_row);
-    q_loader.load(smem_u32(sQ), gq, a.q_row * E, Nq - row0, valid_chunks);
-    q_loader.load(smem_u32(sdO), gdo, a.do_row * E, Nq - row0, valid_chunks);
-    const int64_t roff = (static_cast<int64_t>(b) * a.heads + h) * a.nq_pad + row0;
-    if (tid < BM / 4)
-      cp_async_16(smem_u32(sL) + tid * 16, a.lse2 + roff + tid * 4, true);
-    else if (tid < BM / 2)
-      cp_async_16(smem_u32(sDs) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
-  }
+  load_row_block<Tr>(q_loader, sQ, sdO, sL, sDs, a, b, h, row0, tid, valid_chunks);
   const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head);
   const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head);
   auto load_kv = [&](int n, int stage) {
@@ -436,7 +370,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
 
   float dq[MTq][NTq][4];
   zero_acc(dq);
-  const int wm_s = warp / Tr::kWarpsNSdP, wn_s = warp % Tr::kWarpsNSdP;
   const int wm_q = warp / Tr::kWarpsDdQ, wd_q = warp % Tr::kWarpsDdQ;
 
   for (int n = 0; n < n_end; ++n) {
@@ -457,23 +390,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
     }
     unsigned char* const k_s = sK + stage * Tr::kSmemKV;
     unsigned char* const v_s = sV + stage * Tr::kSmemKV;
-    {
-      float s[MTs][NTs][4], dp[MTs][NTs][4];
-      zero_acc(s);
-      zero_acc(dp);
-      warp_gemm2<Tr, MTs, NTs, W, false, false, PB, PB>(s, sQ + wm_s * Tr::kTileMSdP * PB,
-                                                         k_s + wn_s * Tr::kTileNSdP * PB, dp,
-                                                         sdO + wm_s * Tr::kTileMSdP * PB,
-                                                         v_s + wn_s * Tr::kTileNSdP * PB, lane);
-      const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
-      const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
-      if (need_mask)
-        softmax_grad_tile<Tr, false, true>(s, dp, sL, sDs, nullptr, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
-                                           Nk - key0, mask_diag, a.scale, a.scale_log2, lane);
-      else
-        softmax_grad_tile<Tr, false, false>(s, dp, sL, sDs, nullptr, sdS, wm_s * Tr::kTileMSdP, wn_s * Tr::kTileNSdP,
-                                            Nk - key0, mask_diag, a.scale, a.scale_log2, lane);
-    }
+    sdp_softmax_grad<Tr, false>(sQ, sdO, k_s, v_s, sL, sDs, nullptr, sdS, a, row0, key0, warp, lane);
     __syncthreads();  // dS visible
     warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
                                                        k_s + wd_q * Tr::kTileDdQ * E, lane);

@@ -23,29 +23,21 @@ namespace cuda {
 
 constexpr int kBwdMaxSmem = 227 * 1024;  // sm_90 opt-in limit; the launcher checks the device's
 
-// Main-kernel options (BwdTraits::kOpts).
-// kOptStagger: each key block starts its row loop at a different row block (spread over the loop),
-//   so the thread blocks running at one time add into different dQ rows instead of all into the same.
-// kOptDqMid: dQ = dS K and its reductions between the dV and dK products (FA2's order), so the
-//   reductions drain while dK is computed.
-// kOptNoRed / kOptNoDq: timing only (wrong dQ): skip the reductions / the whole dQ product.
-// kOptDqHalves: the dQ warp tile in two column passes (fewer live accumulator registers).
-// kOptScalarRed: scalar reductions (one float each) instead of float2 ones.
-// kOptDqBulk (sm_90): each warp stages its dQ tile in shared memory (fp32, rows padded by 32 bytes)
-//   and reduces it into the workspace with one bulk asynchronous reduction per row (the TMA unit),
-//   instead of per-lane red instructions through the load/store pipe.
-// kOptRedGuard: timing only: keeps the dQ product but skips the reductions (runtime-guarded).
-// kOptDqPerm: the dQ accumulator in fragment order (DqLayout::perm, bwd_args.cuh).
+// Main-kernel options (BwdTraits::kOpts, a bit mask).
+// kOptDqPerm: the dQ accumulator in the mma fragment order (DqLayout::perm, bwd_args.cuh): one
+//   reduction instruction covers 256 contiguous bytes instead of eight 32-byte pieces of eight rows.
 // kOptDqV4: with kOptDqPerm, two register pairs per 16-byte reduction (DqLayout::vec = 4).
-constexpr int kOptStagger = 1, kOptNoRed = 2, kOptNoDq = 4, kOptDqMid = 8, kOptDqHalves = 16, kOptScalarRed = 32,
-              kOptDqBulk = 128, kOptRedGuard = 256, kOptDqPerm = 512, kOptDqV4 = 1024;
+// kOptNoDq, kOptRedGuard: timing only (wrong dQ), for the tuning build's leave-one-out timings:
+//   no dQ product at all / the product kept but its reductions skipped.
+// Variants measured and dropped (staggered row loops, dQ between dV and dK, dQ in two passes,
+// scalar reductions, bulk TMA reductions from shared memory): bench/NOTES-bwd.md, runs 4-7.
+constexpr int kOptNoDq = 4, kOptRedGuard = 256, kOptDqPerm = 512, kOptDqV4 = 1024;
 
 template <typename T_, int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kWarpsMSdP_, int kWarpsNdKV_,
           int kWarpsMdQ_, bool kFuse_ = false, int kStages_ = 2, int kOpts_ = 0>
 struct BwdTraits {
   using T = T_;
-  // Loop-order options of the main kernel (bit mask; kOptStagger etc. below). The timing-only bits
-  // (kOptNoRed, kOptNoDq) give wrong dQ and exist for the tuning build's leave-one-out timings.
+  // Main-kernel options (kOptDqPerm etc. above).
   static constexpr int kOpts = kOpts_;
   // 2: main kernel double-buffers Q / dO (and the dQ kernel K / V), so block i+1 loads during
   // block i. 1: single buffers (the next block loads after a barrier, exposed): the fallback for
@@ -96,18 +88,10 @@ struct BwdTraits {
   static constexpr int kSmemP = kBlockM * kPitchPB;      // P or dS
   static constexpr int kSmemRow = kBlockM * 4;           // one lse2 or dsum slice
 
-  // kOptDqBulk: per-warp dQ staging tile, kTileMdQ rows of kTileDdQ floats + 32 bytes (the 32-byte
-  // pad puts rows g and g + 4 of a fragment store on distinct bank halves: 2 wavefronts per 256 B).
-  static constexpr bool kDqBulk = (kOpts & kOptDqBulk) != 0;
   static constexpr bool kDqPerm = (kOpts & kOptDqPerm) != 0;
   static constexpr int kDqVec = kDqPerm && (kOpts & kOptDqV4) != 0 ? 4 : 2;
-  // Staging row pitch: fragment order (kDqPerm) needs none (each register pair of the warp is 256
-  // contiguous bytes); row order pads.
-  static constexpr int kDqStagePitch = kDqPerm ? kTileDdQ * 4 : kTileDdQ * 4 + 32;  // bytes
-  static constexpr int kSmemDqStage = kDqBulk ? kNWarps * kTileMdQ * kDqStagePitch : 0;
-  // Main kernel: K, V; Q, dO, lse2, dsum (kStages buffers each); P, dS; dQ staging (kOptDqBulk).
-  static constexpr int kSmemMain =
-      2 * kSmemKV + 2 * kStages * kSmemQ + 2 * kSmemP + 2 * kStages * kSmemRow + kSmemDqStage;
+  // Main kernel: K, V; Q, dO, lse2, dsum (kStages buffers each); P, dS.
+  static constexpr int kSmemMain = 2 * kSmemKV + 2 * kStages * kSmemQ + 2 * kSmemP + 2 * kStages * kSmemRow;
   // dQ kernel (deterministic mode): Q, dO, lse2, dsum; K, V (kStages buffers each); dS.
   static constexpr int kSmemDq = 2 * kSmemQ + 2 * kStages * kSmemKV + kSmemP + 2 * kSmemRow;
 
@@ -119,10 +103,8 @@ struct BwdTraits {
   static_assert(kTileMSdP % 16 == 0 && kTileNSdP % (8 * kNPair) == 0, "S/dP warp tile: whole mma tiles");
   static_assert(kTileNdKV % 16 == 0 && kTileDdKV % (8 * kNPair) == 0, "dK/dV warp tile: whole mma tiles");
   static_assert(kTileMdQ % 16 == 0 && kTileDdQ % (8 * kNPair) == 0, "dQ warp tile: whole mma tiles");
-  static_assert((kOpts & kOptDqHalves) == 0 || kTileDdQ % (16 * kNPair) == 0, "dQ halves: whole mma tiles");
-  static_assert(!kDqPerm || (kOpts & kOptDqHalves) == 0, "fragment-order dQ: one pass");
-  static_assert((kOpts & kOptDqV4) == 0 || (kDqPerm && (kTileDdQ / 8) % 2 == 0 && (kOpts & kOptDqBulk) == 0),
-                "16-byte dQ reductions: fragment order, pairs of n8 tiles, no staging");
+  static_assert((kOpts & kOptDqV4) == 0 || (kDqPerm && (kTileDdQ / 8) % 2 == 0),
+                "16-byte dQ reductions: fragment order, pairs of n8 tiles");
   static_assert(kBlockM % kK == 0 && kBlockN % kK == 0 && kHeadDim % kK == 0, "k steps");
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
   static_assert(kBlockM % 4 == 0 && kBlockM / 4 * 2 <= kThreads, "lse2/dsum slices: one 16-byte chunk per thread");

@@ -97,6 +97,40 @@ __device__ __forceinline__ void write_empty_rows(const FwdArgs& a, char* go, flo
   }
 }
 
+// Sign and mask of one key block's scores (C fragments of this warp's rows): s = -s when the scale is
+// negative (a.negate_s: the kernels use |scale|), and -inf for keys >= Nk and (causal) keys
+// j > i + Nk - Nq. Only the ragged last key block and the blocks crossing the diagonal of the
+// block's first row need the mask. n: the key block (kBlockN keys); row_base: this lane's first row
+// (row0 + the warp's first row + g).
+template <int kBlockN, int kMT, int kNT>
+__device__ __forceinline__ void negate_and_mask(float (&s)[kMT][kNT][4], const FwdArgs& a, int n, int row0,
+                                                int row_base, int t) {
+  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  if (a.negate_s) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = -s[mt][nt][e];
+  }
+  if ((n + 1) * kBlockN > Nk || (a.causal && (n + 1) * kBlockN - 1 > row0 + Nk - Nq)) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = row_base + mt * 16 + 8 * hr;
+        int lim = a.causal ? min(Nk, row + Nk - Nq + 1) : Nk;
+        lim -= n * kBlockN + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (nt * 8 + e >= lim) s[mt][nt][2 * hr + e] = -INFINITY;
+      }
+  }
+}
+
 constexpr float kLn2 = 0.6931471805599453f;
 
 // One online-softmax step (base 2) for this thread's rows of a key block. s holds the block's

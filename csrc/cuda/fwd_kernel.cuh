@@ -158,31 +158,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
       }
     }
 
-    if (a.negate_s) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = -s[mt][nt][e];
-    }
-    // Keys >= Nk, and (causal) keys j > i + Nk - Nq, get -inf. Only the ragged last key block and the
-    // blocks crossing the diagonal of the first row of this block need it.
-    if ((n + 1) * BN > Nk || (a.causal && (n + 1) * BN - 1 > row0 + Nk - Nq)) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = row0 + wrow0 + mt * 16 + g + 8 * hr;
-          int lim = a.causal ? min(Nk, row + Nk - Nq + 1) : Nk;
-          lim -= n * BN + 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e >= lim) s[mt][nt][2 * hr + e] = -INFINITY;
-        }
-    }
+    negate_and_mask<BN>(s, a, n, row0, row0 + wrow0 + g, t);
 
     if constexpr (Tr::kStages == 1) {
       cp_async_wait<0>();
