@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "common/errors.h"
+#include "cuda/api_checks.h"
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_traits.cuh"
 #include "fa_core.h"
@@ -60,18 +61,6 @@ fa_status dispatch(int width, bool det, const BwdArgs& a, cudaStream_t s) {
 fa_status cuda_err(cudaError_t err, const char* what) {
   return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) + " (" +
                                    what + ")");
-}
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-bool strides_ok(const fa_strides& s, int vec) { return s.batch % vec == 0 && s.row % vec == 0 && s.head % vec == 0; }
-
-const char* dtype_name(fa_dtype d) {
-  switch (d) {
-    case FA_FLOAT32: return "float32";
-    case FA_FLOAT16: return "float16";
-    case FA_BFLOAT16: return "bfloat16";
-  }
-  return "unknown";
 }
 
 size_t round256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
@@ -261,27 +250,11 @@ extern "C" size_t fa_bwd_workspace_size(const fa_bwd_params* p) {
 extern "C" fa_status fa_bwd_cuda(const fa_bwd_params* p, void* stream) {
   using namespace fa::cuda;
   if (p == nullptr) return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: params is NULL");
-  if (p->dtype != FA_FLOAT32 && p->dtype != FA_FLOAT16 && p->dtype != FA_BFLOAT16)
-    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: unknown dtype " + std::to_string(static_cast<int>(p->dtype)));
-  if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0 || p->heads < 0 || p->heads_k <= 0)
-    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: negative size (batch " + std::to_string(p->batch) +
-                                        ", seqlen_q " + std::to_string(p->seqlen_q) + ", seqlen_k " +
-                                        std::to_string(p->seqlen_k) + ", heads " + std::to_string(p->heads) +
-                                        ", heads_k " + std::to_string(p->heads_k) + ")");
-  if (p->heads % p->heads_k != 0)
-    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: heads (" + std::to_string(p->heads) +
-                                        ") must be a multiple of heads_k (" + std::to_string(p->heads_k) + ")");
   const int d = p->head_dim;
-  if (d < 8 || d > 256 || d % 8 != 0)
-    return fa::fail(FA_ERR_UNSUPPORTED,
-                    "CUDA backward supports head_dim = 8, 16, ..., 256 (a multiple of 8); got " + std::to_string(d));
   const int width = pick_bwd_width(p->dtype, d);
-  if (width == 0)
-    return fa::fail(FA_ERR_UNSUPPORTED, std::string("CUDA backward: this build has no ") + dtype_name(p->dtype) +
-                                            " kernel for head_dim " + std::to_string(d) +
-                                            " (head-dim tiles limited by FA_HEAD_DIMS at build time)");
-  if (!std::isfinite(p->scale))
-    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: scale must be finite, got " + std::to_string(p->scale));
+  const fa_status bad = check_common_args("fa_bwd_cuda", "CUDA backward", p->dtype, p->batch, p->seqlen_q, p->seqlen_k,
+                                          p->heads, p->heads_k, d, p->scale, width);
+  if (bad != FA_OK) return bad;
   if (p->batch == 0 || p->heads == 0 || (p->seqlen_q == 0 && p->seqlen_k == 0)) return FA_OK;
   const bool need_q = p->seqlen_q > 0, need_k = p->seqlen_k > 0;
   if ((need_q && (p->q == nullptr || p->o == nullptr || p->dout == nullptr || p->dq == nullptr || p->lse == nullptr)) ||

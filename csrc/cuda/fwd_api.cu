@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "common/errors.h"
+#include "cuda/api_checks.h"
 #include "cuda/fwd_args.cuh"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
@@ -52,21 +53,6 @@ fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   return st;
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-bool strides_ok(const fa_strides& s, int vec) {
-  return s.batch % vec == 0 && s.row % vec == 0 && s.head % vec == 0;
-}
-
-const char* dtype_name(fa_dtype d) {
-  switch (d) {
-    case FA_FLOAT32: return "float32";
-    case FA_FLOAT16: return "float16";
-    case FA_BFLOAT16: return "bfloat16";
-  }
-  return "unknown";
-}
-
 }  // namespace
 }  // namespace cuda
 }  // namespace fa
@@ -80,27 +66,11 @@ extern "C" int fa_cuda_supports(fa_dtype dtype, int head_dim) {
 extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   using namespace fa::cuda;
   if (p == nullptr) return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: params is NULL");
-  if (p->dtype != FA_FLOAT32 && p->dtype != FA_FLOAT16 && p->dtype != FA_BFLOAT16)
-    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: unknown dtype " + std::to_string(static_cast<int>(p->dtype)));
-  if (p->batch < 0 || p->seqlen_q < 0 || p->seqlen_k < 0 || p->heads < 0 || p->heads_k <= 0)
-    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: negative size (batch " + std::to_string(p->batch) +
-                                        ", seqlen_q " + std::to_string(p->seqlen_q) + ", seqlen_k " +
-                                        std::to_string(p->seqlen_k) + ", heads " + std::to_string(p->heads) +
-                                        ", heads_k " + std::to_string(p->heads_k) + ")");
-  if (p->heads % p->heads_k != 0)
-    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: heads (" + std::to_string(p->heads) +
-                                        ") must be a multiple of heads_k (" + std::to_string(p->heads_k) + ")");
   const int d = p->head_dim;
-  if (d < 8 || d > 256 || d % 8 != 0)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward supports head_dim = 8, 16, ..., 256 (a multiple of 8); got " +
-                                            std::to_string(d));
   const int width = pick_compiled_width(p->dtype, d);
-  if (width == 0)
-    return fa::fail(FA_ERR_UNSUPPORTED, std::string("CUDA forward: this build has no ") + dtype_name(p->dtype) +
-                                            " kernel for head_dim " + std::to_string(d) +
-                                            " (head-dim tiles limited by FA_HEAD_DIMS at build time)");
-  if (!std::isfinite(p->scale))
-    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: scale must be finite, got " + std::to_string(p->scale));
+  const fa_status bad = check_common_args("fa_fwd_cuda", "CUDA forward", p->dtype, p->batch, p->seqlen_q, p->seqlen_k,
+                                          p->heads, p->heads_k, d, p->scale, width);
+  if (bad != FA_OK) return bad;
   if (p->batch == 0 || p->seqlen_q == 0 || p->heads == 0) return FA_OK;  // nothing to compute
   if (p->q == nullptr || p->o == nullptr || p->lse == nullptr || (p->seqlen_k > 0 && (p->k == nullptr || p->v == nullptr)))
     return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: q, k, v, o and lse must be device pointers, got NULL");

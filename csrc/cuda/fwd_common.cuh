@@ -29,6 +29,27 @@ __device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) {
   return c;
 }
 
+// Global pointers of one thread block (row block starting at row0 of query head bc.h): its Q and O
+// rows, the kv head's K and V (key 0), its lse entries (null when not asked). E: element bytes.
+struct FwdBlockPtrs {
+  const char* q;
+  const char* k;
+  const char* v;
+  char* o;
+  float* lse;
+};
+template <int E>
+__device__ __forceinline__ FwdBlockPtrs block_ptrs(const FwdArgs& a, const BlockCoord& bc, int row0) {
+  const int hk = bc.h / a.group;
+  FwdBlockPtrs p;
+  p.q = static_cast<const char*>(a.q) + E * (bc.b * a.q_batch + bc.h * a.q_head + row0 * a.q_row);
+  p.k = static_cast<const char*>(a.k) + E * (bc.b * a.k_batch + hk * a.k_head);
+  p.v = static_cast<const char*>(a.v) + E * (bc.b * a.v_batch + hk * a.v_head);
+  p.o = static_cast<char*>(a.o) + E * (bc.b * a.o_batch + bc.h * a.o_head + row0 * a.o_row);
+  p.lse = a.lse == nullptr ? nullptr : a.lse + (static_cast<int64_t>(bc.b) * a.heads + bc.h) * a.seqlen_q + row0;
+  return p;
+}
+
 // Number of key blocks that the rows [row0, row0 + block_m) of this block can see: 0 when none of
 // them sees a key (causal with Nq > Nk, or Nk == 0). Causal is bottom-right aligned: row i sees keys
 // j <= i + Nk - Nq.

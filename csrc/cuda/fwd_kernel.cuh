@@ -47,14 +47,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
   const int Nq = a.seqlen_q, Nk = a.seqlen_k;
   const int q_rows = min(BM, Nq - row0);
   const int valid_chunks = a.head_dim / 8;
-  const int hk = bc.h / a.group;
 
-  const char* gq = static_cast<const char*>(a.q) + 2 * (bc.b * a.q_batch + bc.h * a.q_head + row0 * a.q_row);
-  const char* gk = static_cast<const char*>(a.k) + 2 * (bc.b * a.k_batch + hk * a.k_head);
-  const char* gv = static_cast<const char*>(a.v) + 2 * (bc.b * a.v_batch + hk * a.v_head);
-  char* go = static_cast<char*>(a.o) + 2 * (bc.b * a.o_batch + bc.h * a.o_head + row0 * a.o_row);
-  float* glse = a.lse == nullptr ? nullptr
-                                 : a.lse + (static_cast<int64_t>(bc.b) * a.heads + bc.h) * Nq + row0;
+  const FwdBlockPtrs gp = block_ptrs<2>(a, bc, row0);
+  const char* const gq = gp.q;
+  const char* const gk = gp.k;
+  const char* const gv = gp.v;
+  char* const go = gp.o;
+  float* const glse = gp.lse;
 
   const int n_blocks = visible_key_blocks<BM, BN>(a, row0);
   if (n_blocks <= 0) {

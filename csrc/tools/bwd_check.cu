@@ -445,7 +445,8 @@ void check_case(CaseData& cd, bool serial) {
   }
 }
 
-CaseResult run_case(const Case& c, uint64_t seed, cudaStream_t stream, const BwdFn& bwd) {
+// One case end to end (GPU run, reference, comparison); used by the tuning build's variant checks.
+[[maybe_unused]] CaseResult run_case(const Case& c, uint64_t seed, cudaStream_t stream, const BwdFn& bwd) {
   CaseData cd;
   cd.c = c;
   run_gpu(cd, seed, stream, bwd);
@@ -509,12 +510,7 @@ std::vector<Case> make_cases(int n_random, uint64_t seed, bool small) {
     random_shape(c, rng, i, lens, n_lens);
     c.det = rng.pick(4) == 0;
     c.user_ws = rng.pick(5) == 0;
-    while (static_cast<double>(c.B) * c.H * c.Nq * std::max(c.Nk, 1) * c.D > 2e7) {
-      if (c.B > 1) --c.B;
-      else if (c.H > 1) { c.H = c.H / 2 > 0 ? c.H / 2 : 1; c.Hkv = std::max(1, std::min(c.Hkv, c.H)); while (c.H % c.Hkv) --c.Hkv; }
-      else if (c.Nq > c.Nk) c.Nq = (c.Nq + 1) / 2;
-      else c.Nk = (c.Nk + 1) / 2;
-    }
+    shrink_case(c, 2e7);
     cs.push_back(c);
   }
   return cs;

@@ -228,4 +228,23 @@ void random_shape(C& c, R& rng, int i, const int* lens, int n_lens) {
   c.scale = (sc == 0 ? -0.5f : sc == 1 ? 2.f : 1.f) / std::sqrt(static_cast<float>(c.D));
 }
 
+// Shrinks a case (batch, then heads keeping a valid GQA ratio, then the longer sequence) until
+// B * H * Nq * Nk * D <= limit, so that the float64 CPU reference stays cheap.
+template <class C>
+void shrink_case(C& c, double limit) {
+  while (static_cast<double>(c.B) * c.H * c.Nq * std::max(c.Nk, 1) * c.D > limit) {
+    if (c.B > 1) {
+      --c.B;
+    } else if (c.H > 1) {
+      c.H = c.H / 2 > 0 ? c.H / 2 : 1;
+      c.Hkv = std::max(1, std::min(c.Hkv, c.H));
+      while (c.H % c.Hkv) --c.Hkv;
+    } else if (c.Nq > c.Nk) {
+      c.Nq = (c.Nq + 1) / 2;
+    } else {
+      c.Nk = (c.Nk + 1) / 2;
+    }
+  }
+}
+
 }  // namespace

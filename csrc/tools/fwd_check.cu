@@ -269,12 +269,7 @@ std::vector<Case> make_cases(int n_random, uint64_t seed, bool small) {
     c.dtype = types[i % 3];
     random_shape(c, rng, i, lens, n_lens);
     // Keep the CPU reference cheap.
-    while (static_cast<double>(c.B) * c.H * c.Nq * std::max(c.Nk, 1) * c.D > 4e7) {
-      if (c.B > 1) --c.B;
-      else if (c.H > 1) { c.H = c.H / 2 > 0 ? c.H / 2 : 1; c.Hkv = std::max(1, std::min(c.Hkv, c.H)); while (c.H % c.Hkv) --c.Hkv; }
-      else if (c.Nq > c.Nk) c.Nq = (c.Nq + 1) / 2;
-      else c.Nk = (c.Nk + 1) / 2;
-    }
+    shrink_case(c, 4e7);
     cs.push_back(c);
   }
   return cs;

@@ -1,0 +1,59 @@
+// Argument checks shared by fa_fwd_cuda and fa_bwd_cuda (host code). Each returns FA_OK or the
+// failing status with the message set through fa::fail (fa_last_error).
+#pragma once
+#include <stdint.h>
+
+#include <cmath>
+#include <string>
+
+#include "common/errors.h"
+#include "fa_core.h"
+
+namespace fa {
+namespace cuda {
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+inline bool strides_ok(const fa_strides& s, int vec) {
+  return s.batch % vec == 0 && s.row % vec == 0 && s.head % vec == 0;
+}
+
+inline const char* dtype_name(fa_dtype d) {
+  switch (d) {
+    case FA_FLOAT32: return "float32";
+    case FA_FLOAT16: return "float16";
+    case FA_BFLOAT16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+// dtype, sizes, the GQA ratio, the head dim, a compiled tile width for it and a finite scale, in
+// that order. fn: the entry point ("fa_fwd_cuda"); what: the pass ("CUDA forward"); width: the
+// caller's smallest compiled tile width >= head_dim for this dtype (0 when none).
+inline fa_status check_common_args(const char* fn, const char* what, fa_dtype dtype, int batch, int seqlen_q,
+                                   int seqlen_k, int heads, int heads_k, int head_dim, float scale, int width) {
+  const std::string f(fn);
+  if (dtype != FA_FLOAT32 && dtype != FA_FLOAT16 && dtype != FA_BFLOAT16)
+    return fa::fail(FA_ERR_INVALID, f + ": unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  if (batch < 0 || seqlen_q < 0 || seqlen_k < 0 || heads < 0 || heads_k <= 0)
+    return fa::fail(FA_ERR_INVALID, f + ": negative size (batch " + std::to_string(batch) + ", seqlen_q " +
+                                        std::to_string(seqlen_q) + ", seqlen_k " + std::to_string(seqlen_k) +
+                                        ", heads " + std::to_string(heads) + ", heads_k " + std::to_string(heads_k) +
+                                        ")");
+  if (heads % heads_k != 0)
+    return fa::fail(FA_ERR_INVALID, f + ": heads (" + std::to_string(heads) + ") must be a multiple of heads_k (" +
+                                        std::to_string(heads_k) + ")");
+  if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0)
+    return fa::fail(FA_ERR_UNSUPPORTED, std::string(what) +
+                                            " supports head_dim = 8, 16, ..., 256 (a multiple of 8); got " +
+                                            std::to_string(head_dim));
+  if (width == 0)
+    return fa::fail(FA_ERR_UNSUPPORTED, std::string(what) + ": this build has no " + dtype_name(dtype) +
+                                            " kernel for head_dim " + std::to_string(head_dim) +
+                                            " (head-dim tiles limited by FA_HEAD_DIMS at build time)");
+  if (!std::isfinite(scale)) return fa::fail(FA_ERR_INVALID, f + ": scale must be finite, got " + std::to_string(scale));
+  return FA_OK;
+}
+
+}  // namespace cuda
+}  // namespace fa
