@@ -3,8 +3,9 @@
 //
 // Switches, each as an environment variable or an npm config value
 // (`npm install --fa-cuda-archs=90` sets npm_config_fa_cuda_archs):
-//   FA_CUDA_ARCHS   CUDA architectures, CMake syntax: default "80-real;90-real;90-virtual";
-//                   "90" builds for the H100/H200 only (fast development build). Commas work too.
+//   FA_CUDA_ARCHS   CUDA architectures, CMake syntax: default "80-real;90a-real;90-virtual";
+//                   "90a" builds for the H100/H200 only (fast development build; "90" leaves out
+//                   the wgmma kernel). Commas work too.
 //   FA_CUDA         AUTO (default), ON (fail without nvcc) or OFF (CPU backend only)
 //   FA_HEAD_DIMS    head-dim tiles to compile, e.g. "64,128" (default: all)
 //   FA_BUILD_TOOLS  1 to also build the standalone C++ check/bench binaries
@@ -25,7 +26,7 @@ const opt = (name, def) => {
 const pkg = require(path.join(root, 'package.json'));
 const settings = {
   FA_CUDA: opt('FA_CUDA', 'AUTO').toUpperCase(),
-  FA_CUDA_ARCHS: opt('FA_CUDA_ARCHS', '80-real;90-real;90-virtual').replace(/,/g, ';'),
+  FA_CUDA_ARCHS: opt('FA_CUDA_ARCHS', '80-real;90a-real;90-virtual').replace(/,/g, ';'),
   FA_HEAD_DIMS: opt('FA_HEAD_DIMS', '').replace(/,/g, ';'),
   FA_BUILD_TOOLS: /^(1|on|true|yes)$/i.test(opt('FA_BUILD_TOOLS', '')) ? 'ON' : 'OFF',
   FA_VERSION: pkg.version,

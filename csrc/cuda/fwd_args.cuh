@@ -32,6 +32,9 @@ struct FwdArgs {
 // Defined once per (element type, tile width) in csrc/generated/fwd_<dtype>_hdim<W>.cu.
 template <typename T, int kHeadDim>
 fa_status run_fwd(FwdArgs args, cudaStream_t stream);
+// Defined in csrc/generated/fwd_sm90_<dtype>_hdim<W>.cu (fp16 / bf16, W = 128).
+template <typename T, int kHeadDim>
+fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fa

@@ -13,6 +13,7 @@
 #include "cuda/fwd_args.cuh"
 #include "cuda/fwd_kernel.cuh"
 #include "cuda/fwd_kernel_fp32.cuh"
+#include "cuda/fwd_kernel_sm90.cuh"
 #include "cuda/fwd_traits.cuh"
 
 namespace fa {
@@ -23,9 +24,17 @@ inline fa_status cuda_fail(cudaError_t err, const char* what) {
                                    what + ")");
 }
 
+// Traits with `kSm90 = true` (Sm90FwdTraits) select the wgmma kernel.
+template <class Tr, class = void>
+struct IsSm90Traits : std::false_type {};
+template <class Tr>
+struct IsSm90Traits<Tr, std::void_t<decltype(Tr::kSm90)>> : std::bool_constant<Tr::kSm90> {};
+
 template <class Tr>
 constexpr auto fwd_kernel_for() {
-  if constexpr (Tr::kIsFp32)
+  if constexpr (IsSm90Traits<Tr>::value)
+    return &fwd_kernel_sm90<Tr>;
+  else if constexpr (Tr::kIsFp32)
     return &fwd_kernel_fp32<Tr>;
   else
     return &fwd_kernel<Tr>;
@@ -75,6 +84,13 @@ fa_status run_fwd(FwdArgs args, cudaStream_t stream) {
     return launch_fwd<typename Fp32FwdConfig<W>::Traits>(args, stream);
   else
     return launch_fwd<typename FwdConfig<T, W>::Traits>(args, stream);
+}
+
+// The Hopper (wgmma) kernel: fp16 / bf16, tile width 128; launched only on compute capability 9.0
+// by a build that includes sm_90a code (fwd_api.cu decides).
+template <typename T, int W>
+fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
+  return launch_fwd<Sm90FwdTraits<T, W>>(args, stream);
 }
 
 }  // namespace cuda
