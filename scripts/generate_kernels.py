@@ -35,7 +35,7 @@ template fa_status run_fwd_sm90<{ctype}, {width}>(FwdArgs, cudaStream_t);
 }}  // namespace cuda
 }}  // namespace fa
 """
-WIDTHS_SM90 = [128]  # fp16 and bf16; keep equal to kWidthsSm90 in csrc/cuda/fwd_api.cu
+WIDTHS_SM90 = [64, 128, 256]  # fp16 and bf16; keep equal to kWidthsSm90 in csrc/cuda/fwd_api.cu
 
 
 def files():

@@ -15,17 +15,20 @@ $D/fwd_check --check-only > "$OUT/fwd_check.log" 2>&1; echo "fwd_check rc=$? $(e
 grep -E "FAIL|correctness|ALL PASSED|worst" "$OUT/fwd_check.log" | head -12
 $D/fwd_check --check-only --seed 7 --cases 200 > "$OUT/fwd_check7.log" 2>&1; echo "fwd_check seed 7 rc=$? $(el)"
 grep -E "FAIL|correctness|ALL PASSED" "$OUT/fwd_check7.log" | head -6
+grep -qE "FAIL" "$OUT/fwd_check.log" "$OUT/fwd_check7.log" && { echo "checks failed: stopping"; exit 1; }
 for tool in memcheck racecheck synccheck; do
-  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $D/fwd_check --small --width 128 >> "$OUT/fwd_sanitize.log" 2>&1
-  echo "fwd_check --small --width 128 $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/fwd_sanitize.log" | tail -1) $(el)"
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 $D/fwd_check --small >> "$OUT/fwd_sanitize.log" 2>&1
+  echo "fwd_check --small $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/fwd_sanitize.log" | tail -1) $(el)"
 done
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  $D/fwd_check --bench-only --width 128 > "$OUT/fwd_bench_wgmma.log" 2>&1
-  FA_NO_WGMMA=1 $D/fwd_check --bench-only --width 128 > "$OUT/fwd_bench_mma.log" 2>&1
-  echo "harness timings, width 128 (wgmma | mma.sync) $(el)"
-  paste <(grep -E "^ +(fp16|bf16)" "$OUT/fwd_bench_wgmma.log") <(grep -E "^ +(fp16|bf16)" "$OUT/fwd_bench_mma.log" | awk '{print $NF}') | head -30
-  node dist/bench/cli.js --compare torch --dir fwd --hdim 128 ${BENCH_ARGS:-} --out "$OUT" > "$OUT/bench.log" 2>&1
-  echo "bench rc=$? $(el)"; grep -v "^bench: [0-9]" "$OUT/bench.log" | tail -40
+  $D/fwd_check --bench-only > "$OUT/fwd_bench_wgmma.log" 2>&1
+  FA_NO_WGMMA=1 $D/fwd_check --bench-only > "$OUT/fwd_bench_mma.log" 2>&1
+  echo "harness timings (wgmma bshd ms, TFLOP/s, bhsd ms, TFLOP/s | mma.sync bhsd TFLOP/s) $(el)"
+  paste <(grep -E "^ +(fp16|bf16)" "$OUT/fwd_bench_wgmma.log") <(grep -E "^ +(fp16|bf16)" "$OUT/fwd_bench_mma.log" | awk '{print $NF}') | head -40
+fi
+if [ "${GRID:-0}" = 1 ]; then
+  BENCH_DIRS=fwd,bwd BENCH_ARGS=--deterministic bash scripts/gpu-run.sh bench > "$OUT/grid.log" 2>&1
+  echo "grid rc=$? $(el)"; grep -E "^\| (float16|bfloat16)" "$OUT/grid.log" | awk -F"|" '{r=$8+0; if (r < 1.03) print}' | head -30; grep -iE "overhead|float32" "$OUT/grid.log" | tail -8
 fi
 if [ -n "${STEPS:-}" ]; then bash scripts/gpu-run.sh $STEPS 2>&1 | grep -vE "^\s*$" | tail -20; fi
 echo "done $(el)"

@@ -48,7 +48,7 @@ bool try_run(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
 // The Hopper (wgmma) kernel runs where the build has sm_90a code (FA_HAVE_SM90A: FA_CUDA_ARCHS lists
 // 90a) and the current device is compute capability 9.0 exactly (sm_90a code runs nowhere else);
 // FA_NO_WGMMA=1 in the environment keeps the mma.sync kernels (for comparisons).
-constexpr int kWidthsSm90[] = {128};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
+constexpr int kWidthsSm90[] = {64, 128, 256};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
 
 bool sm90_kernels_usable() {
 #if defined(FA_HAVE_SM90A)
@@ -95,7 +95,9 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
 template <typename T>
 fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
-  if (try_run_sm90<T, 128>(width, a, s, &st)) return st;
+  if (try_run_sm90<T, 64>(width, a, s, &st) || try_run_sm90<T, 128>(width, a, s, &st) ||
+      try_run_sm90<T, 256>(width, a, s, &st))
+    return st;
   const bool ran = try_run<T, 32>(width, a, s, &st) || try_run<T, 64>(width, a, s, &st) ||
                    try_run<T, 96>(width, a, s, &st) || try_run<T, 128>(width, a, s, &st) ||
                    try_run<T, 160>(width, a, s, &st) || try_run<T, 192>(width, a, s, &st) ||

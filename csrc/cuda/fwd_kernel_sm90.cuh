@@ -3,9 +3,10 @@
 // from shared memory) instead of ldmatrix + mma.sync.
 //
 // One thread block (2 warpgroups, 256 threads, one block per SM) per 128-row Q block of one head;
-// warpgroup w owns rows [64w, 64w + 64): S (64 x 128 keys) and O (64 x 128) are its wgmma
-// accumulators, 64 + 64 fp32 registers per thread, laid out as mma.sync C fragments, so the online
-// softmax and masking code is the one the mma.sync kernel uses (fwd_common.cuh).
+// warpgroup w owns rows [64w, 64w + 64): S (64 x kBlockN keys) and O (64 x D) are its wgmma
+// accumulators (D 128: 64 + 64 fp32 registers per thread), laid out as mma.sync C fragments, so the
+// online softmax and masking code is the one the mma.sync kernel uses (fwd_common.cuh).
+// Head dims 64, 128, 256; kBlockN 128, 64 at D 256 (its O takes 128 registers).
 //
 // Tiles (Q, two K stages, two V stages, 32 KB each at D 128) sit in shared memory in the 128-byte
 // swizzled layout wgmma reads (wgmma.cuh); cp.async fills them (zero-fill for ragged rows and
@@ -34,7 +35,7 @@ struct Sm90FwdTraits {
   static constexpr bool kSm90 = true;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;   // 2 warpgroups x 64 rows
-  static constexpr int kBlockN = 128;   // keys per K/V tile (the n of the S wgmma)
+  static constexpr int kBlockN = kHeadDim_ == 256 ? 64 : 128;  // keys per K/V tile (the n of the S wgmma)
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocks = 1;
   static constexpr int kColBlocks = kHeadDim / 64;       // 64-column swizzle blocks per row
@@ -43,7 +44,8 @@ struct Sm90FwdTraits {
   // Q, K stages 0/1, V stages 0/1, plus slack to align the base to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = kTileQ + 4 * kTileKV + 1024;
   static_assert(sizeof(T) == 2, "fp16 / bf16 only");
-  static_assert(kHeadDim == 128, "the wgmma shapes below are written for D = 128 (n = 128 for O)");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "wgmma n = head dim: 64, 128 or 256");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 
 // cp.async loader into the swizzled layout: a tile of kRows rows x kColBlocks * 8 chunks of 16 bytes.
@@ -156,13 +158,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   auto issue_s = [&](int stage) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
-      sm90::wgmma_m64n128k16_ss<T>(sf, dQ + kstep(ks, BM), dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+      sm90::Wgmma<T, BN>::ss(sf, dQ + kstep(ks, BM), dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int stage, int accumulate) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::wgmma_m64n128k16_rs<T>(of, p[kk], dV + stage * kStageDesc + ((kk * 2048) >> 4), accumulate | (kk > 0));
+      sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + ((kk * 2048) >> 4), accumulate | (kk > 0));
     sm90::wgmma_commit();
   };
   auto softmax_and_pack = [&](int nb, bool rescale) {

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(128) probe(const __half* a, const __half* b, f
   if (mode == 0) {
     for (int ks = 0; ks < K / 16; ++ks) {
       const uint32_t off = (ks / 4) * M * 128 + (ks % 4) * 32, offb = (ks / 4) * N * 128 + (ks % 4) * 32;
-      sm90::wgmma_m64n128k16_ss<__half>(d, sm90::smem_desc(sA + off, 16, 1024), sm90::smem_desc(sB + offb, 16, 1024),
+      sm90::Wgmma<__half, 128>::ss(d, sm90::smem_desc(sA + off, 16, 1024), sm90::smem_desc(sB + offb, 16, 1024),
                                         1);
     }
   } else {
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(128) probe(const __half* a, const __half* b, f
       fr[2] = pair(r, col + 8);
       fr[3] = pair(r + 8, col + 8);
       const uint32_t lbo = mode == 1 ? N * 128 : 1024, sbo = mode == 1 ? 1024 : N * 128;
-      sm90::wgmma_m64n128k16_rs<__half>(d, fr, sm90::smem_desc(sB + kk * 2048, lbo, sbo), 1);
+      sm90::Wgmma<__half, 128>::rs(d, fr, sm90::smem_desc(sB + kk * 2048, lbo, sbo), 1);
     }
   }
   sm90::wgmma_commit();
