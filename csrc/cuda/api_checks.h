@@ -1,7 +1,11 @@
 // Argument checks shared by fa_fwd_cuda and fa_bwd_cuda (host code). Each returns FA_OK or the
 // failing status with the message set through fa::fail (fa_last_error).
 #pragma once
+#include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+
+#include <atomic>
 
 #include <cmath>
 #include <string>
@@ -11,6 +15,35 @@
 
 namespace fa {
 namespace cuda {
+
+// The Hopper (wgmma) kernels run where the build has sm_90a code (FA_HAVE_SM90A: FA_CUDA_ARCHS lists
+// 90a) and the current device is compute capability 9.0 exactly (sm_90a code runs nowhere else);
+// FA_NO_WGMMA=1 in the environment keeps the mma.sync kernels (for comparisons).
+inline bool sm90_kernels_usable() {
+#if defined(FA_HAVE_SM90A)
+  static const bool disabled = [] {
+    const char* e = getenv("FA_NO_WGMMA");
+    return e != nullptr && e[0] != '\0' && e[0] != '0';
+  }();
+  if (disabled) return false;
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cc[kMaxDevices];  // 0 = not yet read, else major * 10 + minor
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
+  int v = dev < kMaxDevices ? cc[dev].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+      return false;
+    v = major * 10 + minor;
+    if (dev < kMaxDevices) cc[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 90;
+#else
+  return false;
+#endif
+}
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 

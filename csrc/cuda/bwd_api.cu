@@ -49,6 +49,35 @@ bool try_run(int width, bool det, const BwdArgs& a, cudaStream_t s, fa_status* s
   return false;
 }
 
+// The Hopper (wgmma) main kernel: fp16 / bf16, atomic dQ, where sm90_kernels_usable(). Width 256
+// only: at 128 its 64-key blocks measured slower than the mma.sync kernel's 128-key blocks
+// (bench/NOTES-bwd.md, run 9).
+constexpr int kBwdWidthsSm90[] = {256};  // keep equal to WIDTHS_SM90 in generate_bwd_kernels.py
+
+template <typename T, int W>
+bool try_sm90(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_status* st) {
+  constexpr bool kCompiled = width_built(W) && listed(kBwdWidthsSm90, W) && !std::is_same<T, float>::value;
+#if defined(FA_HAVE_SM90A)
+  if constexpr (kCompiled) {
+    if (width == W && !det && sm90_kernels_usable()) {
+      if (run)
+        *st = run_bwd_sm90<T, W>(*a, s);
+      else
+        a->dql = sm90_dq_layout<Sm90BwdTraits<T, W>>();
+      return true;
+    }
+  }
+#else
+  (void)width, (void)det, (void)a, (void)run, (void)s, (void)st, (void)kCompiled;
+#endif
+  return false;
+}
+// Sets a->dql for the sm_90 kernel and returns true when it will run (run = false), or runs it.
+template <typename T>
+bool sm90_bwd(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_status* st) {
+  return try_sm90<T, 256>(width, det, a, run, s, st);
+}
+
 template <typename T>
 fa_status dispatch(int width, bool det, const BwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
@@ -216,6 +245,8 @@ template <typename T>
 fa_status run_all(int width, bool det, BwdArgs a, cudaStream_t s) {
   if (!(try_layout<T, 64>(width, &a.dql) || try_layout<T, 128>(width, &a.dql) || try_layout<T, 256>(width, &a.dql)))
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: no kernel for tile width " + std::to_string(width));
+  fa_status st = FA_OK;
+  const bool sm90 = sm90_bwd<T>(width, det, &a, false, s, &st);
   if (a.seqlen_q > 0) {
     const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.nq_pad;
     (void)cudaGetLastError();
@@ -223,7 +254,10 @@ fa_status run_all(int width, bool det, BwdArgs a, cudaStream_t s) {
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return cuda_err(err, "bwd preprocess launch");
   }
-  fa_status st = dispatch<T>(width, det, a, s);
+  if (sm90)
+    sm90_bwd<T>(width, det, &a, true, s, &st);
+  else
+    st = dispatch<T>(width, det, a, s);
   if (st != FA_OK) return st;
   if (!det && a.seqlen_q > 0) {
     const int64_t items = static_cast<int64_t>(a.batch) * a.heads * a.seqlen_q * (a.head_dim / 8);

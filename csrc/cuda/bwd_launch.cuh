@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_kernel.cuh"
+#include "cuda/bwd_kernel_sm90.cuh"
 #include "cuda/bwd_traits.cuh"
 
 namespace fa {
@@ -150,6 +151,28 @@ fa_status launch_bwd_det(const BwdArgs& a, cudaStream_t stream) {
   if (Tr::kSmemDq <= smem) return launch_bwd_dq<Tr>(a, stream);
   if (Tr1::kSmemDq <= smem) return launch_bwd_dq<Tr1>(a, stream);
   return bwd_no_fit(Tr::kHeadDim, Tr1::kSmemDq, smem);
+}
+
+// The Hopper main kernel (atomic dQ); launched only where sm90_kernels_usable() (bwd_api.cu decides).
+template <typename T, int W>
+fa_status run_bwd_sm90(BwdArgs a, cudaStream_t stream) {
+  using Tr = Sm90BwdTraits<T, W>;
+  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+  const int64_t blocks = static_cast<int64_t>(a.num_n_blocks) * a.heads_k * a.batch;
+  if (blocks == 0) return FA_OK;
+  if (blocks > INT_MAX)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
+                                            std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
+                                            " thread blocks exceeds the grid limit 2^31-1");
+  const auto kernel = &bwd_kernel_sm90<Tr>;
+  const fa_status st = bwd_smem_optin<Tr, 3>(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
+  if (st != FA_OK) return st;
+  (void)cudaGetLastError();
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd sm90 launch");
+  return FA_OK;
 }
 
 template <typename T, int W>

@@ -165,5 +165,34 @@ struct BwdConfig<float, 256> {
   using Traits = BwdTraits<float, 256, 32, 32, 8, 2, 2, 2>;
 };
 
+// ---- Hopper (wgmma) main kernel, bwd_kernel_sm90.cuh: fp16 / bf16, tile widths 128 and 256 ------------
+// 64 keys per thread block, 64-row query blocks, 2 warpgroups; K, V, Q (2 stages), dO (2 stages)
+// and P^T, dS^T in shared memory.
+template <typename T_, int kHeadDim_>
+struct Sm90BwdTraits {
+  using T = T_;
+  static constexpr bool kSm90 = true;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;  // query rows per block i
+  static constexpr int kBlockN = 64;  // keys per thread block
+  static constexpr int kThreads = 256;
+  static constexpr int kColBlocks = kHeadDim / 64;
+  static constexpr int kTile = 64 * kHeadDim * 2;  // K, V, or one stage of Q / dO (bytes)
+  static constexpr int kTileP = 64 * 64 * 2;       // P^T or dS^T
+  static constexpr int kSmemBytes = 6 * kTile + 2 * kTileP + 4 * kBlockM * 4 + 1024;
+  static constexpr int kHalf = kHeadDim / 2;       // dK / dV / dQ columns per warpgroup
+  static_assert(kHeadDim == 128 || kHeadDim == 256, "head-dim tiles 128 and 256");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
+  static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
+};
+
+// The dQ accumulator placement of the sm_90 kernel: per 64-row block, warp tiles of 16 rows x 64
+// columns (warp wq of the warpgroup: rows 16 wq; column chunk = 64-column block of the head dim),
+// 16-byte reductions.
+template <class Tr>
+constexpr DqLayout sm90_dq_layout() {
+  return DqLayout{1, Tr::kBlockM, 16, 64, Tr::kHeadDim, 4};
+}
+
 }  // namespace cuda
 }  // namespace fa

@@ -6,9 +6,6 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#include <stdlib.h>
-
-#include <atomic>
 #include <string>
 #include <type_traits>
 
@@ -45,36 +42,8 @@ bool try_run(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   return false;
 }
 
-// The Hopper (wgmma) kernel runs where the build has sm_90a code (FA_HAVE_SM90A: FA_CUDA_ARCHS lists
-// 90a) and the current device is compute capability 9.0 exactly (sm_90a code runs nowhere else);
-// FA_NO_WGMMA=1 in the environment keeps the mma.sync kernels (for comparisons).
+// The Hopper (wgmma) forward kernels (sm90_kernels_usable in api_checks.h says where they run).
 constexpr int kWidthsSm90[] = {64, 128, 256};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
-
-bool sm90_kernels_usable() {
-#if defined(FA_HAVE_SM90A)
-  static const bool disabled = [] {
-    const char* e = getenv("FA_NO_WGMMA");
-    return e != nullptr && e[0] != '\0' && e[0] != '0';
-  }();
-  if (disabled) return false;
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cc[kMaxDevices];  // 0 = not yet read, else major * 10 + minor
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
-  int v = dev < kMaxDevices ? cc[dev].load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-      return false;
-    v = major * 10 + minor;
-    if (dev < kMaxDevices) cc[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 90;
-#else
-  return false;
-#endif
-}
 
 template <typename T, int W>
 bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {

@@ -23,6 +23,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cuda/ptx.cuh"
 #include "cuda/wgmma_ops.cuh"
 
 namespace fa {
@@ -62,5 +63,37 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t* r) {
 }
 
 }  // namespace sm90
+
+// cp.async loader into the swizzled layout: a tile of kRows rows x kColBlocks * 8 chunks of 16 bytes.
+// Thread layout: kColBlocks * 8 threads per row, one chunk each, rows r0, r0 + kRowStep, ...; since
+// kRowStep is a multiple of 8 the XOR (row % 8) is the same in every pass, so a thread's smem offsets
+// are one base plus immediates.
+template <int kRows, int kColBlocks, int kThreads>
+struct SwizzledTileLoader {
+  static constexpr int kChunks = kColBlocks * 8;
+  static constexpr int kRowStep = kThreads / kChunks;
+  static constexpr int kPasses = kRows / kRowStep;
+  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "loader layout");
+
+  int r0, c;
+  uint32_t s_off;
+  __device__ __forceinline__ explicit SwizzledTileLoader(int tid) {
+    r0 = tid / kChunks;
+    c = tid % kChunks;
+    s_off = (c / 8) * kRows * 128 + r0 * 128 + (((c % 8) ^ (r0 & 7)) * 16);
+  }
+  __device__ __forceinline__ void load(uint32_t s_tile, const char* g, int64_t row_bytes, int valid_rows,
+                                       int valid_chunks) const {
+    const char* src = g + r0 * row_bytes + c * 16;
+    const int64_t step = kRowStep * row_bytes;
+    const bool col_ok = c < valid_chunks;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const bool pred = col_ok && r0 + i * kRowStep < valid_rows;
+      cp_async_16(s_tile + s_off + i * kRowStep * 128, pred ? src + i * step : g, pred);
+    }
+  }
+};
+
 }  // namespace cuda
 }  // namespace fa

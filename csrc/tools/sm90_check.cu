@@ -4,6 +4,8 @@
 //   2. C = A V with A (64 x 128) in registers (mma.sync A-fragment layout) and V (128 keys x 128)
 //      read MN-major through the transpose bit (O = P V); also with the descriptor's two byte
 //      offsets swapped, to show which reading of the layout the hardware follows.
+//   3. C = A B with both read MN-major (the backward's dQ = dS K with dS stored transposed): A^T and
+//      B are the two 64-column blocks of the 128 x 128 tile.
 // Exit status 0 when the layouts the kernel uses are right. Needs an sm_90 GPU and an sm_90a build.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,7 +24,7 @@ namespace {
 constexpr int M = 64, N = 128, K = 128;
 
 // mode 0: SS product; mode 1: RS with LBO = MN-block stride, SBO = 8-row stride (the kernel's);
-// mode 2: RS with the two swapped.
+// mode 2: RS with the two swapped; mode 3: SS, both operands MN-major (64 x 64 result).
 __global__ void __launch_bounds__(128) probe(const __half* a, const __half* b, float* c, int mode) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -46,6 +48,10 @@ __global__ void __launch_bounds__(128) probe(const __half* a, const __half* b, f
       sm90::Wgmma<__half, 128>::ss(d, sm90::smem_desc(sA + off, 16, 1024), sm90::smem_desc(sB + offb, 16, 1024),
                                         1);
     }
+  } else if (mode == 3) {
+    for (int kk = 0; kk < K / 16; ++kk)
+      sm90::Wgmma<__half, 64>::ss<1, 1>(d, sm90::smem_desc(sB + kk * 2048, N * 128, 1024),
+                                        sm90::smem_desc(sB + N * 128 + kk * 2048, N * 128, 1024), 1);
   } else {
     // A fragments straight from global memory (row-major 64 x 128): warp rows 16w + g (+8).
     const uint16_t* a16 = reinterpret_cast<const uint16_t*>(a);
@@ -64,7 +70,7 @@ __global__ void __launch_bounds__(128) probe(const __half* a, const __half* b, f
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
   sm90::reg_fence<64>(d);
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < (mode == 3 ? 8 : 16); ++j)
     for (int e = 0; e < 4; ++e) {
       const int r = warp * 16 + g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
       c[r * N + col] = d[4 * j + e];
@@ -98,10 +104,10 @@ int main() {
   cudaMemcpy(db, hb.data(), N * K * 2, cudaMemcpyHostToDevice);
   const int smem = (M + N) * K * 2 + 1024;
   cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  const char* names[3] = {"SS  A B^T (K-major both)", "RS  A V (V MN-major, LBO = 64-col block stride)",
-                          "RS  A V (offsets swapped)"};
+  const char* names[4] = {"SS  A B^T (K-major both)", "RS  A V (V MN-major, LBO = 64-col block stride)",
+                          "RS  A V (offsets swapped)", "SS  A B (both MN-major, 64 x 64)"};
   bool ok = true;
-  for (int mode = 0; mode < 3; ++mode) {
+  for (int mode = 0; mode < 4; ++mode) {
     cudaMemset(dc, 0, M * N * 4);
     probe<<<1, 128, smem>>>(da, db, dc, mode);
     const cudaError_t err = cudaDeviceSynchronize();
@@ -115,12 +121,16 @@ int main() {
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < N; ++j) {
         double ref = 0;
-        for (int k = 0; k < K; ++k) ref += mode == 0 ? fa[i * K + k] * fb[j * K + k] : fa[i * K + k] * fb[k * N + j];
+        if (mode == 3 && j >= 64) continue;
+        for (int k = 0; k < K; ++k)
+          ref += mode == 0   ? fa[i * K + k] * fb[j * K + k]
+                 : mode == 3 ? fb[k * N + i] * fb[k * N + 64 + j]
+                             : fa[i * K + k] * fb[k * N + j];
         worst = fmax(worst, fabs(ref - hc[i * N + j]));
       }
     const bool pass = worst < 1e-3;
     printf("%-52s max |err| %.3g  %s\n", names[mode], worst, pass ? "ok" : "WRONG");
-    if (mode < 2) ok = ok && pass;
+    if (mode != 2) ok = ok && pass;
   }
   printf(ok ? "sm90_check: ALL PASSED\n" : "sm90_check: FAILED\n");
   return ok ? 0 : 1;
