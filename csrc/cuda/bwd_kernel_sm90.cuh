@@ -1,19 +1,20 @@
 // FlashAttention-2 backward main kernel for fp16 / bf16 on Hopper (sm_90a): the mma.sync main
 // kernel's algorithm (bwd_kernel.cuh, atomic dQ) with the five products on wgmma.
 //
-// One thread block (2 warpgroups, 256 threads, one per SM) per (64-key block j, kv head, batch); it
-// walks the 64-row query blocks i of every query head of the GQA group. Per block i, warpgroup w:
-//   S^T, dP^T = K_j Q_i^T, V_j dO_i^T for rows [32w, 32w + 32) of the block   (64 keys x 32 rows)
+// One thread block (2 warpgroups, 256 threads, one per SM) per (key block j, kv head, batch); it
+// walks the 64-row query blocks i of every query head of the GQA group. Per block i, warpgroup w
+// (the two ways of splitting the work between the warpgroups: Sm90BwdTraits in bwd_traits.cuh):
+//   S^T, dP^T = K_j Q_i^T, V_j dO_i^T for its keys x rows
 //   P^T = 2^(S^T * scale*log2e - lse*log2e), dS^T = P^T * (dP^T - D)          (registers, fp32)
-//   P^T, dS^T -> shared memory as T, [key][row] rows contiguous             (barrier: both halves)
-//   dV_j += P^T dO_i, dK_j += dS^T Q_i for head-dim columns [W/2 w, W/2 (w+1))  (accumulators)
-//   dQ_i += dS K_j for the same columns, 64 at a time, added into the fp32 workspace with 16-byte
+//   dS^T (and, row split, P^T) -> shared memory as T, [key][row] rows contiguous    (barrier)
+//   dV_j += P^T dO_i, dK_j += dS^T Q_i for its keys x columns              (accumulators)
+//   dQ_i += dS K_j for its dQ columns, 64 at a time, added into the fp32 workspace with 16-byte
 //   reductions in the mma fragment order (DqLayout perm, tile 16 x 64; the convert kernel reads it)
 // Operands come from shared memory through descriptors (wgmma.cuh): K, V, Q, dO in the 128-byte
 // swizzled layout (K-major where the head dim is the k of the product, MN-major through the
-// transpose bit where it is the n), P^T / dS^T K-major as the A of dV / dK and MN-major as the A of
-// dQ. Q_i, dO_i and the lse2 / dsum slices are double-buffered with cp.async (block i+1 loads during
-// block i). Accumulators: dK, dV W/4 floats each per thread, S^T, dP^T 16, dQ 32.
+// transpose bit where it is the n), dS^T MN-major as the A of dQ; P^T / dS^T as the A of dV / dK
+// from registers (key split) or K-major from shared memory (row split). Q_i, dO_i and the lse2 /
+// dsum slices are double-buffered with cp.async (block i+1 loads during block i).
 #pragma once
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_gemm.cuh"
@@ -27,24 +28,26 @@ template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
+  constexpr bool kKeySplit = Tr::kKeySplit;
   constexpr int W = Tr::kHeadDim;
   constexpr int BM = Tr::kBlockM;
   constexpr int BN = Tr::kBlockN;
   constexpr int kCB = Tr::kColBlocks;
-  constexpr int kTile = Tr::kTile;
-  constexpr int WH = Tr::kHalf;
+  constexpr int NS = Tr::kSRows;   // S^T columns (query rows) per warpgroup
+  constexpr int NC = Tr::kCols;    // dK / dV columns per warpgroup
+  constexpr int NQ = Tr::kDqCols;  // dQ columns per warpgroup
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t sK = (raw + 1023u) & ~1023u;
   unsigned char* const smem = smem_raw + (sK - raw);  // generic pointer to sK
-  const uint32_t sV = sK + kTile;
-  const uint32_t sQ = sV + kTile;       // 2 stages
-  const uint32_t sdO = sQ + 2 * kTile;  // 2 stages
-  const uint32_t sPt = sdO + 2 * kTile;
-  const uint32_t sdSt = sPt + Tr::kTileP;
-  float* const sL = reinterpret_cast<float*>(smem + (sdSt + Tr::kTileP - sK));  // [2][BM] lse2
-  float* const sDs = sL + 2 * BM;                                                // [2][BM] dsum
+  const uint32_t sV = sK + Tr::kTileKV;
+  const uint32_t sQ = sV + Tr::kTileKV;       // 2 stages
+  const uint32_t sdO = sQ + 2 * Tr::kTileQ;   // 2 stages
+  const uint32_t sdSt = sdO + 2 * Tr::kTileQ;
+  const uint32_t sPt = sdSt + Tr::kTileP;     // row split only
+  float* const sL = reinterpret_cast<float*>(smem + (sdSt + Tr::kNumP * Tr::kTileP - sK));  // [2][BM] lse2
+  float* const sDs = sL + 2 * BM;                                                          // [2][BM] dsum
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -58,25 +61,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int Nq = a.seqlen_q, Nk = a.seqlen_k;
   const int key0 = n_block * BN;
   const int valid_chunks = a.head_dim / 8;
+  const int wkey0 = kKeySplit ? wg * 64 : 0;  // this warpgroup's first key (S^T rows) in the block
+  const int wrow0 = kKeySplit ? 0 : wg * NS;  // and first query row (S^T columns)
 
   // First row block with a row that sees key0 (causal: row i sees key j iff j <= i + Nk - Nq).
   const int m_begin = a.causal ? max(0, key0 - (Nk - Nq)) / BM : 0;
   const int n_m = max(0, a.num_m_blocks - m_begin);
   const int total = n_m * a.group;  // iterations: (query head of the group, row block)
 
-  const SwizzledTileLoader<64, kCB, Tr::kThreads> loader(tid);  // K, V, Q, dO tiles: 64 rows each
   {
+    const SwizzledTileLoader<BN, kCB, Tr::kThreads> kv_loader(tid);
     const char* gk = static_cast<const char*>(a.k) + 2 * (b * a.k_batch + hk * a.k_head + key0 * a.k_row);
     const char* gv = static_cast<const char*>(a.v) + 2 * (b * a.v_batch + hk * a.v_head + key0 * a.v_row);
-    loader.load(sK, gk, a.k_row * 2, Nk - key0, valid_chunks);
-    loader.load(sV, gv, a.v_row * 2, Nk - key0, valid_chunks);
+    kv_loader.load(sK, gk, a.k_row * 2, Nk - key0, valid_chunks);
+    kv_loader.load(sV, gv, a.v_row * 2, Nk - key0, valid_chunks);
   }
+  const SwizzledTileLoader<BM, kCB, Tr::kThreads> q_loader(tid);
   auto load_rows = [&](int hq, int m, int stage) {
     const int row0 = m * BM;
     const char* gq = static_cast<const char*>(a.q) + 2 * (b * a.q_batch + hq * a.q_head + row0 * a.q_row);
     const char* gdo = static_cast<const char*>(a.dout) + 2 * (b * a.do_batch + hq * a.do_head + row0 * a.do_row);
-    loader.load(sQ + stage * kTile, gq, a.q_row * 2, Nq - row0, valid_chunks);
-    loader.load(sdO + stage * kTile, gdo, a.do_row * 2, Nq - row0, valid_chunks);
+    q_loader.load(sQ + stage * Tr::kTileQ, gq, a.q_row * 2, Nq - row0, valid_chunks);
+    q_loader.load(sdO + stage * Tr::kTileQ, gdo, a.do_row * 2, Nq - row0, valid_chunks);
     const int64_t roff = (static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row0;
     if (tid < BM / 4)
       cp_async_16(smem_u32(sL + stage * BM) + tid * 16, a.lse2 + roff + tid * 4, true);
@@ -87,25 +93,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   if (total > 0) load_rows(hq, m, 0);
   cp_async_commit();
 
-  float dv[WH / 2], dk[WH / 2];
+  float dv[NC / 2], dk[NC / 2];
 #pragma unroll
-  for (int i = 0; i < WH / 2; ++i) dv[i] = dk[i] = 0.f;
+  for (int i = 0; i < NC / 2; ++i) dv[i] = dk[i] = 0.f;
 
-  // Descriptors. K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4, byte
-  // 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column blocks 64 * 128 bytes apart.
-  auto kstep = [](int ks) -> uint64_t { return static_cast<uint64_t>(((ks / 4) * 64 * 128 + (ks % 4) * 32) >> 4); };
+  // Descriptors. K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4 (a block
+  // is rows x 128 bytes), byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
+  // blocks rows x 128 bytes apart.
+  auto kstep = [](int ks, int rows) -> uint64_t {
+    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  };
   constexpr uint64_t kMnStep = 2048 >> 4;
-  constexpr uint64_t kStage = kTile >> 4;
-  const uint64_t dK_a = sm90::smem_desc(sK, 16, 1024);                     // A of S^T
-  const uint64_t dV_a = sm90::smem_desc(sV, 16, 1024);                     // A of dP^T
-  const uint64_t dQ_b = sm90::smem_desc(sQ + wg * 32 * 128, 16, 1024);     // B of S^T: rows 32w..
-  const uint64_t ddO_b = sm90::smem_desc(sdO + wg * 32 * 128, 16, 1024);   // B of dP^T
-  const uint64_t dPt_a = sm90::smem_desc(sPt, 16, 1024);                   // A of dV (K-major)
-  const uint64_t ddSt_a = sm90::smem_desc(sdSt, 16, 1024);                 // A of dK (K-major)
-  const uint64_t ddSt_mn = sm90::smem_desc(sdSt, 64 * 128, 1024);          // A of dQ (MN-major)
-  const uint64_t ddO_mn = sm90::smem_desc(sdO + wg * (WH / 64) * 64 * 128, 64 * 128, 1024);  // B of dV
-  const uint64_t dQ_mn = sm90::smem_desc(sQ + wg * (WH / 64) * 64 * 128, 64 * 128, 1024);    // B of dK
-  const uint64_t dK_mn = sm90::smem_desc(sK + wg * (WH / 64) * 64 * 128, 64 * 128, 1024);    // B of dQ
+  constexpr uint64_t kStage = Tr::kTileQ >> 4;
+  const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);   // A of S^T: this warpgroup's keys
+  const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);   // A of dP^T
+  const uint64_t dQ_b = sm90::smem_desc(sQ + wrow0 * 128, 16, 1024);   // B of S^T: this warpgroup's rows
+  const uint64_t ddO_b = sm90::smem_desc(sdO + wrow0 * 128, 16, 1024);  // B of dP^T
+  const uint64_t ddSt_mn = sm90::smem_desc(sdSt, BN * 128, 1024);       // A of dQ (MN-major)
+  // B of dV / dK (MN-major): dO / Q columns from this warpgroup's first dK / dV column.
+  const uint32_t col_off = (kKeySplit ? 0 : wg * (NC / 64)) * BM * 128;
+  const uint64_t ddO_mn = sm90::smem_desc(sdO + col_off, BM * 128, 1024);
+  const uint64_t dQ_mn = sm90::smem_desc(sQ + col_off, BM * 128, 1024);
+  // B of dQ (MN-major): K columns from this warpgroup's first dQ column.
+  const uint64_t dK_mn = sm90::smem_desc(sK + wg * (NQ / 64) * BN * 128, BN * 128, 1024);
 
   const float sl2 = a.scale_log2;
   const int mask_base = Nk - key0;  // keys (relative to key0) below this exist
@@ -118,38 +128,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     if (next_m == a.num_m_blocks) next_m = m_begin, ++next_h;
     cp_async_wait<0>();
     sm90::fence_proxy_async_smem();
-    __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1 (P^T, dS^T, stage st^1)
+    __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1 (dS^T, P^T, stage st^1)
     if (it + 1 < total) load_rows(next_h, next_m, st ^ 1);
     cp_async_commit();
 
-    // S^T and dP^T for this warpgroup's 32 rows.
-    float s[1][4][4], dp[1][4][4];
+    // S^T and dP^T: this warpgroup's 64 keys x NS rows.
+    float s[1][NS / 8][4], dp[1][NS / 8][4];
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, 32>::ss(&s[0][0][0], dK_a + kstep(ks), dQ_b + st * kStage + kstep(ks), ks > 0);
+      sm90::Wgmma<T, NS>::ss(&s[0][0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
 #pragma unroll
     for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, 32>::ss(&dp[0][0][0], dV_a + kstep(ks), ddO_b + st * kStage + kstep(ks), ks > 0);
+      sm90::Wgmma<T, NS>::ss(&dp[0][0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
-    sm90::reg_fence<16>(&s[0][0][0]);
-    sm90::reg_fence<16>(&dp[0][0][0]);
+    sm90::reg_fence<NS / 2>(&s[0][0][0]);
+    sm90::reg_fence<NS / 2>(&dp[0][0][0]);
 
-    // P^T, dS^T: this lane holds keys wq*16 + g (+8) and rows wg*32 + 8j + 2t (+1).
+    // P^T, dS^T: this lane holds keys wkey0 + wq*16 + g (+8) and rows wrow0 + 8j + 2t (+1); the
+    // values overwrite s and dp.
     {
       const float* const l_s = sL + st * BM;
       const float* const d_s = sDs + st * BM;
       const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
       const int diag = row0 + Nk - Nq - key0;  // key (rel.) visible from row (rel.) r iff key <= r + diag
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = wg * 32 + 8 * j + 2 * t;
+      for (int j = 0; j < NS / 8; ++j) {
+        const int r = wrow0 + 8 * j + 2 * t;
         const float2 lse = *reinterpret_cast<const float2*>(l_s + r);
         const float2 dsum = *reinterpret_cast<const float2*>(d_s + r);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const int key = wq * 16 + g + 8 * hr;
+          const int key = wkey0 + wq * 16 + g + 8 * hr;
           float p0 = fast_exp2(fmaf(s[0][j][2 * hr], sl2, -lse.x));
           float p1 = fast_exp2(fmaf(s[0][j][2 * hr + 1], sl2, -lse.y));
           if (need_mask) {
@@ -160,35 +171,66 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
           const float ds0 = p0 * (dp[0][j][2 * hr] - dsum.x);
           const float ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y);
           const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
-          *reinterpret_cast<uint32_t*>(smem + (sPt - sK) + off) = pack2<T>(p0, p1);
           *reinterpret_cast<uint32_t*>(smem + (sdSt - sK) + off) = pack2<T>(ds0, ds1);
+          if constexpr (!kKeySplit) *reinterpret_cast<uint32_t*>(smem + (sPt - sK) + off) = pack2<T>(p0, p1);
+          s[0][j][2 * hr] = p0, s[0][j][2 * hr + 1] = p1;
+          dp[0][j][2 * hr] = ds0, dp[0][j][2 * hr + 1] = ds1;
         }
       }
     }
     sm90::fence_proxy_async_smem();
-    __syncthreads();  // P^T, dS^T of both warpgroups visible
 
-    // dV += P^T dO, dK += dS^T Q (this warpgroup's columns), then dQ 64 columns at a time.
-    sm90::wgmma_fence();
+    // dV += P^T dO, dK += dS^T Q for this warpgroup's keys x columns.
+    uint32_t pa[kKeySplit ? BM / 16 : 1][4], dsa[kKeySplit ? BM / 16 : 1][4];
+    if constexpr (kKeySplit) {
+      // From registers: the S^T / dP^T accumulators of adjacent n8 tiles are the A fragments.
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::Wgmma<T, WH>::template ss<0, 1>(dv, dPt_a + kstep(kk), ddO_mn + st * kStage + kk * kMnStep, 1);
+      for (int kk = 0; kk < BM / 16; ++kk) {
+        pa[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+        pa[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+        pa[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        pa[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        dsa[kk][0] = pack2<T>(dp[0][2 * kk][0], dp[0][2 * kk][1]);
+        dsa[kk][1] = pack2<T>(dp[0][2 * kk][2], dp[0][2 * kk][3]);
+        dsa[kk][2] = pack2<T>(dp[0][2 * kk + 1][0], dp[0][2 * kk + 1][1]);
+        dsa[kk][3] = pack2<T>(dp[0][2 * kk + 1][2], dp[0][2 * kk + 1][3]);
+      }
+      sm90::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::Wgmma<T, WH>::template ss<0, 1>(dk, ddSt_a + kstep(kk), dQ_mn + st * kStage + kk * kMnStep, 1);
-    sm90::wgmma_commit();
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::rs(dv, pa[kk], ddO_mn + st * kStage + kk * kMnStep, 1);
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::rs(dk, dsa[kk], dQ_mn + st * kStage + kk * kMnStep, 1);
+      sm90::wgmma_commit();
+      __syncthreads();  // dS^T of both warpgroups visible (the dV / dK products run meanwhile)
+    } else {
+      __syncthreads();  // P^T, dS^T of both warpgroups visible
+      const uint64_t dPt_a = sm90::smem_desc(sPt, 16, 1024);
+      const uint64_t ddSt_a = sm90::smem_desc(sdSt, 16, 1024);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
+      sm90::wgmma_commit();
+    }
+
+    // dQ += dS K for this warpgroup's dQ columns, 64 at a time.
     float* const head_acc = acc_head0 + static_cast<int64_t>(hq) * a.nq_pad * W + static_cast<int64_t>(row0) * W;
 #pragma unroll
-    for (int c = 0; c < WH / 64; ++c) {
+    for (int c = 0; c < NQ / 64; ++c) {
       float dq[32];
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, 64>::template ss<1, 1>(dq, ddSt_mn + kk * kMnStep, dK_mn + c * ((64 * 64 * 2) >> 4) + kk * kMnStep,
+        sm90::Wgmma<T, 64>::template ss<1, 1>(dq, ddSt_mn + kk * kMnStep, dK_mn + c * ((BN * 128) >> 4) + kk * kMnStep,
                                                kk > 0);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
       sm90::reg_fence<32>(dq);
-      const int chunk = wg * (WH / 64) + c;  // 64-column block of the head dim
+      const int chunk = wg * (NQ / 64) + c;  // 64-column block of the head dim
       float* const base = head_acc + (wq * kCB + chunk) * (16 * 64);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
@@ -198,23 +240,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
                         dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
     }
     sm90::wgmma_wait<0>();
-    sm90::reg_fence<WH / 2>(dv);
-    sm90::reg_fence<WH / 2>(dk);
+    sm90::reg_fence<NC / 2>(dv);
+    sm90::reg_fence<NC / 2>(dk);
+    if constexpr (kKeySplit) {
+      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+    }
     hq = next_h, m = next_m;
   }
   cp_async_wait<0>();
 
-  // Epilogue: dK (times scale) and dV, this lane's keys wq*16 + g (+8), columns wg*WH + 8j + 2t.
+  // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns
+  // wg * NC + 8j + 2t (row split) or 8j + 2t (key split).
   char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + key0 * a.dk_row);
   char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + key0 * a.dv_row);
   const float sc = a.scale;
+  const int col0 = kKeySplit ? 0 : wg * NC;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
-    const int key = wq * 16 + g + 8 * hr;
+    const int key = wkey0 + wq * 16 + g + 8 * hr;
     if (key < mask_base) {
 #pragma unroll
-      for (int j = 0; j < WH / 8; ++j) {
-        const int col = wg * WH + 8 * j + 2 * t;
+      for (int j = 0; j < NC / 8; ++j) {
+        const int col = col0 + 8 * j + 2 * t;
         if (col < a.head_dim) {
           *reinterpret_cast<uint32_t*>(gdk + (key * a.dk_row + col) * 2) =
               pack2<T>(dk[4 * j + 2 * hr] * sc, dk[4 * j + 2 * hr + 1] * sc);

@@ -166,21 +166,31 @@ struct BwdConfig<float, 256> {
 };
 
 // ---- Hopper (wgmma) main kernel, bwd_kernel_sm90.cuh: fp16 / bf16, tile widths 128 and 256 ------------
-// 64 keys per thread block, 64-row query blocks, 2 warpgroups; K, V, Q (2 stages), dO (2 stages)
-// and P^T, dS^T in shared memory.
+// 64-row query blocks, 2 warpgroups (256 threads, one block per SM). Two ways to split the work:
+// kKeySplit (W 128): 128 keys per block, warpgroup w owns keys [64w, 64w + 64) and every head-dim
+//   column: S^T / dP^T m64n64 over all 64 rows, dV / dK from its own P^T / dS^T registers (RS
+//   wgmma), dQ columns [64w, 64w + 64) over all 128 keys from dS^T in shared memory.
+// row split (W 256, whose dK + dV would not fit 128 keys): 64 keys per block, warpgroup w owns rows
+//   [32w, 32w + 32) of S^T / dP^T and columns [128w, 128w + 128) of dK / dV / dQ; P^T and dS^T both
+//   go through shared memory.
 template <typename T_, int kHeadDim_>
 struct Sm90BwdTraits {
   using T = T_;
   static constexpr bool kSm90 = true;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;  // query rows per block i
-  static constexpr int kBlockN = 64;  // keys per thread block
+  static constexpr bool kKeySplit = kHeadDim_ == 128;
+  static constexpr int kBlockM = 64;                     // query rows per block i
+  static constexpr int kBlockN = kKeySplit ? 128 : 64;   // keys per thread block
   static constexpr int kThreads = 256;
   static constexpr int kColBlocks = kHeadDim / 64;
-  static constexpr int kTile = 64 * kHeadDim * 2;  // K, V, or one stage of Q / dO (bytes)
-  static constexpr int kTileP = 64 * 64 * 2;       // P^T or dS^T
-  static constexpr int kSmemBytes = 6 * kTile + 2 * kTileP + 4 * kBlockM * 4 + 1024;
-  static constexpr int kHalf = kHeadDim / 2;       // dK / dV / dQ columns per warpgroup
+  static constexpr int kTileKV = kBlockN * kHeadDim * 2;  // K or V (bytes)
+  static constexpr int kTileQ = kBlockM * kHeadDim * 2;   // one stage of Q or dO
+  static constexpr int kTileP = kBlockN * kBlockM * 2;    // P^T or dS^T, [key][row]
+  static constexpr int kNumP = kKeySplit ? 1 : 2;         // dS^T only, or P^T and dS^T
+  static constexpr int kSRows = kKeySplit ? kBlockM : kBlockM / 2;       // S^T columns per warpgroup
+  static constexpr int kCols = kKeySplit ? kHeadDim : kHeadDim / 2;      // dK / dV columns per warpgroup
+  static constexpr int kDqCols = kHeadDim / 2;                           // dQ columns per warpgroup
+  static constexpr int kSmemBytes = 2 * kTileKV + 4 * kTileQ + kNumP * kTileP + 4 * kBlockM * 4 + 1024;
   static_assert(kHeadDim == 128 || kHeadDim == 256, "head-dim tiles 128 and 256");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
