@@ -50,7 +50,7 @@ bool try_run(int width, bool det, const BwdArgs& a, cudaStream_t s, fa_status* s
 }
 
 // The Hopper (wgmma) main kernel: fp16 / bf16, atomic dQ, where sm90_kernels_usable().
-constexpr int kBwdWidthsSm90[] = {128, 256};  // keep equal to WIDTHS_SM90 in generate_bwd_kernels.py
+constexpr int kBwdWidthsSm90[] = {64, 128, 256};  // keep equal to WIDTHS_SM90 in generate_bwd_kernels.py
 
 template <typename T, int W>
 bool try_sm90(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_status* st) {
@@ -73,7 +73,8 @@ bool try_sm90(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_stat
 // Sets a->dql for the sm_90 kernel and returns true when it will run (run = false), or runs it.
 template <typename T>
 bool sm90_bwd(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_status* st) {
-  return try_sm90<T, 128>(width, det, a, run, s, st) || try_sm90<T, 256>(width, det, a, run, s, st);
+  return try_sm90<T, 64>(width, det, a, run, s, st) || try_sm90<T, 128>(width, det, a, run, s, st) ||
+         try_sm90<T, 256>(width, det, a, run, s, st);
 }
 
 template <typename T>

@@ -84,7 +84,7 @@ fa_status run_bwd_atomic(BwdArgs args, cudaStream_t stream);
 template <typename T, int kHeadDim>
 fa_status run_bwd_det(BwdArgs args, cudaStream_t stream);
 // bwd_sm90_<dtype>_hdim<W>.cu: the Hopper (wgmma) main kernel, atomic dQ in sm90_dq_layout
-// (bwd_traits.cuh); fp16 / bf16, W = 128 and 256.
+// (bwd_traits.cuh); fp16 / bf16, W = 64, 128 and 256.
 template <typename T, int kHeadDim>
 fa_status run_bwd_sm90(BwdArgs args, cudaStream_t stream);
 

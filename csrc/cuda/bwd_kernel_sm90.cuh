@@ -36,6 +36,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   constexpr int NS = Tr::kSRows;   // S^T columns (query rows) per warpgroup
   constexpr int NC = Tr::kCols;    // dK / dV columns per warpgroup
   constexpr int NQ = Tr::kDqCols;  // dQ columns per warpgroup
+  constexpr int QC = Tr::kDqChunk; // dQ columns per wgmma
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -114,8 +115,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const uint32_t col_off = (kKeySplit ? 0 : wg * (NC / 64)) * BM * 128;
   const uint64_t ddO_mn = sm90::smem_desc(sdO + col_off, BM * 128, 1024);
   const uint64_t dQ_mn = sm90::smem_desc(sQ + col_off, BM * 128, 1024);
-  // B of dQ (MN-major): K columns from this warpgroup's first dQ column.
-  const uint64_t dK_mn = sm90::smem_desc(sK + wg * (NQ / 64) * BN * 128, BN * 128, 1024);
+  // B of dQ (MN-major): the K tile; each chunk adds its first column's offset.
+  const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
 
   const float sl2 = a.scale_log2;
   const int mask_base = Nk - key0;  // keys (relative to key0) below this exist
@@ -218,26 +219,27 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::wgmma_commit();
     }
 
-    // dQ += dS K for this warpgroup's dQ columns, 64 at a time.
+    // dQ += dS K for this warpgroup's dQ columns, kDqChunk (64, or 32 at W 64) at a time.
     float* const head_acc = acc_head0 + static_cast<int64_t>(hq) * a.nq_pad * W + static_cast<int64_t>(row0) * W;
 #pragma unroll
-    for (int c = 0; c < NQ / 64; ++c) {
-      float dq[32];
+    for (int c = 0; c < NQ / QC; ++c) {
+      const int colq = wg * NQ + c * QC;  // first dQ column of this chunk
+      float dq[QC / 2];
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, 64>::template ss<1, 1>(dq, ddSt_mn + kk * kMnStep, dK_mn + c * ((BN * 128) >> 4) + kk * kMnStep,
-                                               kk > 0);
+        sm90::Wgmma<T, QC>::template ss<1, 1>(
+            dq, ddSt_mn + kk * kMnStep, dK_mn + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4) + kk * kMnStep,
+            kk > 0);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
-      sm90::reg_fence<32>(dq);
-      const int chunk = wg * (NQ / 64) + c;  // 64-column block of the head dim
-      float* const base = head_acc + (wq * kCB + chunk) * (16 * 64);
+      sm90::reg_fence<QC / 2>(dq);
+      float* const base = head_acc + (wq * (W / QC) + colq / QC) * (16 * QC);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-        for (int nt = 0; nt < 8; nt += 2)
-          red_add_f32x4(base + (((hr * 8 + nt) / 2) * 32 + lane) * 4, dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1],
-                        dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
+        for (int nt = 0; nt < QC / 8; nt += 2)
+          red_add_f32x4(base + (((hr * (QC / 8) + nt) / 2) * 32 + lane) * 4, dq[4 * nt + 2 * hr],
+                        dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
     }
     sm90::wgmma_wait<0>();
     sm90::reg_fence<NC / 2>(dv);

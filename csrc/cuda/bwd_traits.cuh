@@ -167,7 +167,7 @@ struct BwdConfig<float, 256> {
 
 // ---- Hopper (wgmma) main kernel, bwd_kernel_sm90.cuh: fp16 / bf16, tile widths 128 and 256 ------------
 // 64-row query blocks, 2 warpgroups (256 threads, one block per SM). Two ways to split the work:
-// kKeySplit (W 128): 128 keys per block, warpgroup w owns keys [64w, 64w + 64) and every head-dim
+// kKeySplit (W 64, 128): 128 keys per block, warpgroup w owns keys [64w, 64w + 64) and every head-dim
 //   column: S^T / dP^T m64n64 over all 64 rows, dV / dK from its own P^T / dS^T registers (RS
 //   wgmma), dQ columns [64w, 64w + 64) over all 128 keys from dS^T in shared memory.
 // row split (W 256, whose dK + dV would not fit 128 keys): 64 keys per block, warpgroup w owns rows
@@ -178,7 +178,7 @@ struct Sm90BwdTraits {
   using T = T_;
   static constexpr bool kSm90 = true;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr bool kKeySplit = kHeadDim_ == 128;
+  static constexpr bool kKeySplit = kHeadDim_ <= 128;
   static constexpr int kBlockM = 64;                     // query rows per block i
   static constexpr int kBlockN = kKeySplit ? 128 : 64;   // keys per thread block
   static constexpr int kThreads = 256;
@@ -190,18 +190,19 @@ struct Sm90BwdTraits {
   static constexpr int kSRows = kKeySplit ? kBlockM : kBlockM / 2;       // S^T columns per warpgroup
   static constexpr int kCols = kKeySplit ? kHeadDim : kHeadDim / 2;      // dK / dV columns per warpgroup
   static constexpr int kDqCols = kHeadDim / 2;                           // dQ columns per warpgroup
+  static constexpr int kDqChunk = kDqCols < 64 ? kDqCols : 64;           // dQ columns per wgmma (n)
   static constexpr int kSmemBytes = 2 * kTileKV + 4 * kTileQ + kNumP * kTileP + 4 * kBlockM * 4 + 1024;
-  static_assert(kHeadDim == 128 || kHeadDim == 256, "head-dim tiles 128 and 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head-dim tiles 64, 128 and 256");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
 };
 
-// The dQ accumulator placement of the sm_90 kernel: per 64-row block, warp tiles of 16 rows x 64
-// columns (warp wq of the warpgroup: rows 16 wq; column chunk = 64-column block of the head dim),
-// 16-byte reductions.
+// The dQ accumulator placement of the sm_90 kernel: per 64-row block, warp tiles of 16 rows x
+// kDqChunk columns (warp wq of the warpgroup: rows 16 wq; column chunk of the head dim), 16-byte
+// reductions.
 template <class Tr>
 constexpr DqLayout sm90_dq_layout() {
-  return DqLayout{1, Tr::kBlockM, 16, 64, Tr::kHeadDim, 4};
+  return DqLayout{1, Tr::kBlockM, 16, Tr::kDqChunk, Tr::kHeadDim, 4};
 }
 
 }  // namespace cuda
