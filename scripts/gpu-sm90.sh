@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Device call for the Hopper (wgmma) kernels: the descriptor unit check, then (FWD=1) the forward
 # harness checks, compute-sanitizer and timings with / without wgmma (FA_NO_WGMMA=1), (BWD=1) the
-# same for the backward, (GRID=1) the PERF.md grid with torch in the same run (scripts/gpu-run.sh).
+# same for the backward, (MMA=1) the harness checks with FA_NO_WGMMA=1 (the mma.sync kernels that
+# other GPUs run, default and single-buffered sm_80 configurations), (GRID=1) the PERF.md grid with
+# torch in the same run (scripts/gpu-run.sh).
 # Needs .gpu (pack.sh), dist, .devbin/x/{fwd_check,bwd_check,sm90_check}.xz, and build/Release or
 # .devbin/x/addon.xz (the addon compressed, to stay under the 64 MiB a device call carries).
 # Harness logs go to $OUT/harness.log (one file: the device returns at most 8).
@@ -30,6 +32,15 @@ if [ "${BWD:-0}" = 1 ]; then
   run bwd_check $D/bwd_check --check-only || bad=1
   run "bwd_check seed 9" $D/bwd_check --check-only --cases 120 --seed 9 || bad=1
   for tool in memcheck racecheck; do run "bwd $tool" timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 $D/bwd_check --small || bad=1; done
+fi
+if [ "${MMA:-0}" = 1 ]; then
+  export FA_NO_WGMMA=1
+  run "fwd_check (mma.sync)" $D/fwd_check --check-only || bad=1
+  run "bwd_check (mma.sync)" $D/bwd_check --check-only || bad=1
+  FA_BWD_SMEM_LIMIT=166912 run "bwd_check (mma.sync, single-buffered sm_80 configs)" $D/bwd_check --check-only --cases 60 --seed 5 || bad=1
+  run "bwd memcheck (mma.sync)" timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $D/bwd_check --small || bad=1
+  run "fwd memcheck (mma.sync)" timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $D/fwd_check --small || bad=1
+  unset FA_NO_WGMMA
 fi
 [ $bad = 1 ] && { echo "checks failed: no timings"; exit 1; }
 if [ "${FWD:-0}" = 1 ] && [ "${TIME:-1}" = 1 ]; then
