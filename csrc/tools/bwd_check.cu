@@ -517,13 +517,7 @@ std::vector<Case> make_cases(int n_random, uint64_t seed, bool small) {
 }
 
 int check_error_paths() {
-  int bad = 0;
-  auto expect = [&](const char* what, fa_status got, fa_status want) {
-    const bool ok = got == want;
-    printf("  %-58s %s (%s%s%s)\n", what, ok ? "ok" : "FAIL", fa_status_name(got), got ? ": " : "",
-           got ? fa_last_error() : "");
-    if (!ok) ++bad;
-  };
+  StatusExpect expect;
   DevBuf buf;
   buf.alloc(1 << 20);
   Case c{FA_FLOAT16, 1, 2, 1, 64, 64, 64, 0, BSHD, 0.125f, 0, 0};
@@ -562,8 +556,7 @@ int check_error_paths() {
   x.workspace = static_cast<char*>(buf.p) + 16;
   expect("workspace not 256-byte aligned -> UNSUPPORTED", fa_bwd_cuda(&x, nullptr), FA_ERR_UNSUPPORTED);
   const bool avail = fa_cuda_backward_available() == 1;
-  printf("  %-58s %s\n", "fa_cuda_backward_available() == 1", avail ? "ok" : "FAIL");
-  if (!avail) ++bad;
+  expect.check("fa_cuda_backward_available() == 1", avail);
   fa_bwd_params w = p;
   w.deterministic = 0;
   const size_t ws_a = fa_bwd_workspace_size(&w);
@@ -574,9 +567,9 @@ int check_error_paths() {
   const bool sizes = ws_a == 2048 + 65536 && ws_d == 2048;
   printf("  %-58s %s (%zu, %zu)\n", "fa_bwd_workspace_size (atomic 67584, deterministic 2048)", sizes ? "ok" : "FAIL",
          ws_a, ws_d);
-  if (!sizes) ++bad;
+  if (!sizes) ++expect.bad;
   CK(cudaDeviceSynchronize());
-  return bad;
+  return expect.bad;
 }
 
 // ---- training-step sanity check -----------------------------------------------------------------------

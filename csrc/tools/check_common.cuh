@@ -166,6 +166,21 @@ struct DevBuf {
   }
 };
 
+// Error-path checks: prints one line per expected status and counts the mismatches.
+struct StatusExpect {
+  int bad = 0;
+  void operator()(const char* what, fa_status got, fa_status want) {
+    const bool ok = got == want;
+    printf("  %-58s %s (%s%s%s)\n", what, ok ? "ok" : "FAIL", fa_status_name(got), got ? ": " : "",
+           got ? fa_last_error() : "");
+    if (!ok) ++bad;
+  }
+  void check(const char* what, bool ok) {
+    printf("  %-58s %s\n", what, ok ? "ok" : "FAIL");
+    if (!ok) ++bad;
+  }
+};
+
 // The forward params of a test case (q/o strides from Nq, k/v from Nk; C has dtype, B, H, Hkv, Nq,
 // Nk, D, causal, layout, scale).
 template <class C>

@@ -276,13 +276,7 @@ std::vector<Case> make_cases(int n_random, uint64_t seed, bool small) {
 }
 
 int check_error_paths() {
-  int bad = 0;
-  auto expect = [&](const char* what, fa_status got, fa_status want) {
-    const bool ok = got == want;
-    printf("  %-58s %s (%s%s%s)\n", what, ok ? "ok" : "FAIL", fa_status_name(got), got ? ": " : "",
-           got ? fa_last_error() : "");
-    if (!ok) ++bad;
-  };
+  StatusExpect expect;
   DevBuf buf;
   buf.alloc(1 << 20);
   Case c{FA_FLOAT16, 1, 2, 1, 64, 64, 64, 0, BSHD, 0.125f};
@@ -315,12 +309,11 @@ int check_error_paths() {
   const bool sup = fa_cuda_supports(FA_FLOAT16, 40) && fa_cuda_supports(FA_BFLOAT16, 256) &&
                    fa_cuda_supports(FA_FLOAT32, 8) && !fa_cuda_supports(FA_FLOAT16, 12) &&
                    !fa_cuda_supports(FA_FLOAT32, 264);
-  printf("  %-58s %s\n", "fa_cuda_supports (40, 256, 8 yes; 12, 264 no)", sup ? "ok" : "FAIL");
-  if (!sup) ++bad;
+  expect.check("fa_cuda_supports (40, 256, 8 yes; 12, 264 no)", sup);
   const fa_status bs = fa_bwd_cuda(nullptr, nullptr);
   expect("fa_bwd_cuda(NULL) -> INVALID", bs, FA_ERR_INVALID);
   CK(cudaDeviceSynchronize());
-  return bad;
+  return expect.bad;
 }
 
 // ---- timing ---------------------------------------------------------------------------------------
