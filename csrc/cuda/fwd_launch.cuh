@@ -86,8 +86,8 @@ fa_status run_fwd(FwdArgs args, cudaStream_t stream) {
     return launch_fwd<typename FwdConfig<T, W>::Traits>(args, stream);
 }
 
-// The Hopper (wgmma) kernel: fp16 / bf16, tile width 128; launched only on compute capability 9.0
-// by a build that includes sm_90a code (fwd_api.cu decides).
+// The Hopper (wgmma) kernel: fp16 / bf16, tile widths 64, 128, 256; launched only on compute
+// capability 9.0 by a build that includes sm_90a code (fwd_api.cu decides).
 template <typename T, int W>
 fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
   return launch_fwd<Sm90FwdTraits<T, W>>(args, stream);

@@ -1,6 +1,7 @@
-// Inline-PTX wrappers for the Hopper (sm_90a) warpgroup instructions the sm_90 forward kernel uses:
+// Inline-PTX wrappers for the Hopper (sm_90a) warpgroup instructions the sm_90 kernels use:
 // wgmma's fence / commit / wait, the shared-memory matrix descriptor, and the proxy fence that makes
-// cp.async writes visible to the tensor cores. The wgmma.mma_async m64nNk16 wrappers themselves
+// cp.async writes visible to the tensor cores, and the cp.async loader of the swizzled layout
+// (SwizzledTileLoader, end of file). The wgmma.mma_async m64nNk16 wrappers themselves
 // (Wgmma<T, N>::ss / ::rs) are in wgmma_ops.cuh, written by scripts/generate_wgmma.py.
 //
 // Shared-memory tiles use the 128-byte swizzle: a tile of R rows x 64 16-bit columns is R rows of
