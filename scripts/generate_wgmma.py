@@ -16,13 +16,23 @@ NS = (32, 64, 128, 256)
 
 
 def macros():
+    """Each N's accumulator operand list extends the previous N's: FA_WGMMA_R<N> names the
+    registers %0 .. %(N/2 - 1) for the asm template (FA_WGMMA_D<N> adds the braces), FA_WGMMA_ACC<N>
+    lists the matching constraints."""
     out = []
+    prev = 0
     for n in NS:
         regs = n // 2
-        names = ", ".join(f"%{i}" for i in range(regs))
+        names = ", ".join(f"%{i}" for i in range(prev, regs))
         cons = ", \\\n    ".join(", ".join(f'"+f"(d[{i}])' for i in range(j, min(j + 8, regs)))
-                                  for j in range(0, regs, 8))
-        out.append(f'#define FA_WGMMA_D{n} "{{{names}}}"\n#define FA_WGMMA_ACC{n} \\\n    {cons}\n')
+                                  for j in range(prev, regs, 8))
+        if prev:
+            out.append(f'#define FA_WGMMA_R{n} FA_WGMMA_R{prev * 2} ", {names}"\n'
+                       f'#define FA_WGMMA_ACC{n} \\\n    FA_WGMMA_ACC{prev * 2}, \\\n    {cons}\n')
+        else:
+            out.append(f'#define FA_WGMMA_R{n} "{names}"\n#define FA_WGMMA_ACC{n} \\\n    {cons}\n')
+        out[-1] += f'#define FA_WGMMA_D{n} "{{" FA_WGMMA_R{n} "}}"\n'
+        prev = regs
     return "\n".join(out)
 
 
@@ -90,7 +100,8 @@ struct Wgmma;
     parts.append(struct_macro())
     for ctype, ty in TYPES.items():
         parts.append("".join(invocation(ctype, ty, n) for n in NS))
-    parts.append("".join(f"#undef FA_WGMMA_D{n}\n#undef FA_WGMMA_ACC{n}\n" for n in NS) + "#undef FA_WGMMA_STRUCT\n")
+    parts.append("".join(f"#undef FA_WGMMA_R{n}\n#undef FA_WGMMA_D{n}\n#undef FA_WGMMA_ACC{n}\n" for n in NS) +
+                 "#undef FA_WGMMA_STRUCT\n")
     parts.append("}  // namespace sm90\n}  // namespace cuda\n}  // namespace fa\n")
     return "\n".join(parts)
 
