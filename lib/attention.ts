@@ -1,37 +1,69 @@
 // flashAttention / flashAttentionBackward: argument checks, then the CPU or CUDA backend.
+//
+// CUDA calls are stream-ordered: the kernels are queued on the device's stream and the Promise
+// settles at once with the output tensors (see tensor.ts and the README); CPU calls settle when
+// their work is done.
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
-import { native, type Dims, type HostArray, type NativeDeviceBuffer } from './native';
-import { DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, type DType } from './tensor';
+import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
+import {
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, disposableResult, type DType,
+} from './tensor';
 
-export interface AttentionOptions {
+export interface MaskOptions {
   /** Default false. Bottom-right aligned when seqlenQ != seqlenK: query i sees keys j <= i + Nk - Nq. */
   causal?: boolean;
   /** Multiplies QK^T; default 1 / sqrt(headDim). */
   scale?: number;
-  /** 'bshd' ([batch, seqlen, heads, headDim], default) or 'bhsd' ([batch, heads, seqlen, headDim]). */
-  layout?: 'bshd' | 'bhsd';
+  /**
+   * Sliding window [left, right]: query i, aligned bottom-right at key position p = i + Nk - Nq,
+   * sees keys j with p - left <= j <= p + right; -1 means unbounded on that side. causal: true is
+   * the same as [-1, 0]; both may be given.
+   */
+  window?: readonly [number, number];
+  /** > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap) (Gemma 2). 0 or absent: off. */
+  softcap?: number;
   /** CPU backend tuning: tile rows/columns and worker threads (default: tuned tiles, all cores). */
   cpu?: { blockM?: number; blockN?: number; threads?: number };
 }
 
-export interface BackwardOptions extends AttentionOptions {
+export interface AttentionOptions extends MaskOptions {
+  /** 'bshd' ([batch, seqlen, heads, headDim], default) or 'bhsd' ([batch, heads, seqlen, headDim]). */
+  layout?: 'bshd' | 'bhsd';
+  /** Caller-owned output to write into (q's shape, dtype and device) instead of allocating. */
+  out?: Tensor;
+  /** Caller-owned float32 lse to write into ([B, H, Nq], q's device) instead of allocating. */
+  lse?: Tensor;
+}
+
+export interface BackwardOptions extends MaskOptions {
+  layout?: 'bshd' | 'bhsd';
   /** CUDA: bit-identical gradients across runs (no float atomics). The CPU backend always is. */
   deterministic?: boolean;
   /** Also return softmaxD = rowsum(dout * out), float32 [B, H, Nq] (the D of the algorithm). */
   returnSoftmaxD?: boolean;
+  /** Caller-owned gradients to write into (q's / k's / v's shape, dtype and device). */
+  dq?: Tensor;
+  dk?: Tensor;
+  dv?: Tensor;
 }
 
-export interface AttentionResult { out: Tensor; lse: Tensor }
-export interface BackwardResult { dq: Tensor; dk: Tensor; dv: Tensor; softmaxD?: Tensor }
+export interface AttentionResult { out: Tensor; lse: Tensor; [Symbol.dispose](): void }
+export interface BackwardResult { dq: Tensor; dk: Tensor; dv: Tensor; softmaxD?: Tensor; [Symbol.dispose](): void }
 
-const FWD_OPTIONS = ['causal', 'scale', 'layout', 'cpu'] as const;
-const BWD_OPTIONS = [...FWD_OPTIONS, 'deterministic', 'returnSoftmaxD'] as const;
+const MASK_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu'] as const;
+const FWD_OPTIONS = [...MASK_OPTIONS, 'layout', 'out', 'lse'] as const;
+const BWD_OPTIONS = [...MASK_OPTIONS, 'layout', 'deterministic', 'returnSoftmaxD', 'dq', 'dk', 'dv'] as const;
 export const MAX_HEAD_DIM = 256;
 
-interface Problem {
-  B: number; Nq: number; Nk: number; H: number; Hkv: number; D: number;
-  dtype: DType; device: number; bhsd: boolean; causal: boolean; scale: number;
+/** The mask, score and CPU options of a call, checked. */
+export interface Mask {
+  causal: boolean; scale: number; softcap: number; hasWindow: boolean; left: number; right: number;
   blockM: number; blockN: number; threads: number;
+}
+
+interface Problem extends Mask {
+  B: number; Nq: number; Nk: number; H: number; Hkv: number; D: number;
+  dtype: DType; device: number; bhsd: boolean;
 }
 
 /** Index of each logical dimension in a 4-D attention tensor, per layout. */
@@ -39,13 +71,13 @@ function axes(bhsd: boolean) {
   return bhsd ? { batch: 0, seqlen: 2, heads: 1, headDim: 3 } : { batch: 0, seqlen: 1, heads: 2, headDim: 3 };
 }
 
-function checkTensorArg(fn: string, name: string, t: unknown): Tensor {
+export function checkTensorArg(fn: string, name: string, t: unknown): Tensor {
   if (!(t instanceof Tensor)) throw typeError(fn, name, 'must be a Tensor', t);
   if (t.disposed) throw new TypeError(`${fn}: ${name} is disposed, got a disposed Tensor`);
   return t;
 }
 
-function deviceIndex(t: Tensor): number {
+export function deviceIndex(t: Tensor): number {
   return t.device === 'cpu' ? -1 : Number(t.device.slice(5));
 }
 
@@ -53,6 +85,57 @@ function check4d(fn: string, name: string, t: Tensor, bhsd: boolean): void {
   if (t.shape.length !== 4) {
     throw rangeError(fn, `${name}.shape`, `must have 4 dimensions ${bhsd ? '[batch, heads, seqlen, headDim] (layout bhsd)'
       : '[batch, seqlen, heads, headDim] (layout bshd)'}`, t.shape);
+  }
+}
+
+/** causal, scale, window, softcap and the CPU tuning options. */
+export function checkMask(fn: string, opts: Record<string, unknown>, D: number): Mask {
+  const causal = checkBoolean(fn, 'options.causal', opts.causal, false);
+  let scale = 1 / Math.sqrt(D);
+  if (opts.scale !== undefined) {
+    if (typeof opts.scale !== 'number') throw typeError(fn, 'options.scale', 'must be a finite number', opts.scale);
+    if (!Number.isFinite(opts.scale)) throw rangeError(fn, 'options.scale', 'must be a finite number', opts.scale);
+    scale = opts.scale;
+  }
+  let softcap = 0;
+  if (opts.softcap !== undefined) {
+    if (typeof opts.softcap !== 'number') throw typeError(fn, 'options.softcap', 'must be a finite number >= 0', opts.softcap);
+    if (!Number.isFinite(opts.softcap) || opts.softcap < 0) {
+      throw rangeError(fn, 'options.softcap', 'must be a finite number >= 0', opts.softcap);
+    }
+    softcap = opts.softcap;
+  }
+  let hasWindow = causal, left = -1, right = causal ? 0 : -1;
+  if (opts.window !== undefined) {
+    const w = opts.window;
+    if (!Array.isArray(w) || w.length !== 2 || w.some((x) => typeof x !== 'number')) {
+      throw typeError(fn, 'options.window', 'must be [left, right], two integers >= -1', w);
+    }
+    for (const [i, side] of [[0, 'left'], [1, 'right']] as const) {
+      if (!Number.isInteger(w[i]) || w[i] < -1 || w[i] > MAX_ELEMENTS) {
+        throw rangeError(fn, `options.window[${i}] (${side})`, 'must be an integer >= -1 (-1: unbounded)', w[i]);
+      }
+    }
+    hasWindow = hasWindow || w[0] >= 0 || w[1] >= 0;
+    left = w[0];
+    // causal is the same as [-1, 0]: the tighter right bound wins.
+    right = causal ? (w[1] < 0 ? 0 : Math.min(w[1], 0)) : w[1];
+  }
+  let blockM = 0, blockN = 0, threads = 0;
+  if (opts.cpu !== undefined) {
+    const c = checkOptions(fn, opts.cpu, ['blockM', 'blockN', 'threads']);
+    blockM = checkInt(fn, 'options.cpu.blockM', c.blockM, 1, 1024, 0);
+    blockN = checkInt(fn, 'options.cpu.blockN', c.blockN, 1, 1024, 0);
+    threads = checkInt(fn, 'options.cpu.threads', c.threads, 1, 1024, 0);
+  }
+  return { causal, scale, softcap, hasWindow, left, right, blockM, blockN, threads };
+}
+
+/** CUDA head-dim support of this build (RangeError naming the argument). */
+export function checkCudaHeadDim(fn: string, arg: string, dtype: DType, D: number): void {
+  if (D % 8 !== 0) throw rangeError(fn, arg, 'must be a multiple of 8 on CUDA', D);
+  if (!native.cudaSupports(DTYPE_CODE[dtype], D)) {
+    throw rangeError(fn, arg, `has no CUDA ${dtype} kernel in this build (${describe(native.buildInfo().cudaHeadDims)})`, D);
   }
 }
 
@@ -89,88 +172,124 @@ function checkProblem(fn: string, q: unknown, k: unknown, v: unknown, opts: Reco
     if (t.dtype !== tq.dtype) throw typeError(fn, `${name}.dtype`, `must equal q.dtype = '${tq.dtype}'`, t.dtype);
     if (t.device !== tq.device) throw typeError(fn, `${name}.device`, `must equal q.device = '${tq.device}'`, t.device);
   }
+  if (tq.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tq.dtype);
   for (const [name, t] of [['q', tq], ['k', tk]] as const) {
     if (t.size > MAX_ELEMENTS) throw rangeError(fn, `${name}.shape`, 'must hold at most 2^31-1 elements', t.shape);
   }
   if (B * H * Nq > MAX_ELEMENTS) throw rangeError(fn, 'q.shape', 'must have batch*heads*seqlen at most 2^31-1', tq.shape);
-  const causal = checkBoolean(fn, 'options.causal', opts.causal, false);
-  let scale = 1 / Math.sqrt(D);
-  if (opts.scale !== undefined) {
-    if (typeof opts.scale !== 'number') throw typeError(fn, 'options.scale', 'must be a finite number', opts.scale);
-    if (!Number.isFinite(opts.scale)) throw rangeError(fn, 'options.scale', 'must be a finite number', opts.scale);
-    scale = opts.scale;
-  }
-  let blockM = 0, blockN = 0, threads = 0;
-  if (opts.cpu !== undefined) {
-    const c = checkOptions(fn, opts.cpu, ['blockM', 'blockN', 'threads']);
-    blockM = checkInt(fn, 'options.cpu.blockM', c.blockM, 1, 1024, 0);
-    blockN = checkInt(fn, 'options.cpu.blockN', c.blockN, 1, 1024, 0);
-    threads = checkInt(fn, 'options.cpu.threads', c.threads, 1, 1024, 0);
-  }
+  const mask = checkMask(fn, opts, D);
   const device = deviceIndex(tq);
-  if (device >= 0) {
-    if (D % 8 !== 0) throw rangeError(fn, dimName('q', 'headDim'), 'must be a multiple of 8 on CUDA', D);
-    if (!native.cudaSupports(DTYPE_CODE[tq.dtype], D)) {
-      throw rangeError(fn, dimName('q', 'headDim'), `has no CUDA ${tq.dtype} kernel in this build (${describe(native.buildInfo().cudaHeadDims)})`, D);
-    }
-  }
-  return { B, Nq, Nk, H, Hkv, D, dtype: tq.dtype, device, bhsd, causal, scale, blockM, blockN, threads };
-}
-
-function dims(p: Problem, deterministic = false): Dims {
-  return [p.B, p.Nq, p.Nk, p.H, p.Hkv, p.D, DTYPE_CODE[p.dtype], p.causal ? 1 : 0, p.bhsd ? 1 : 0,
-    p.blockM, p.blockN, p.threads, deterministic ? 1 : 0];
-}
-
-function hostArray(dtype: DType, n: number): HostArray {
-  return dtype === 'float32' ? new Float32Array(n) : new Uint16Array(n);
-}
-
-function hostData(t: Tensor, fn: string, name: string): HostArray {
-  const s = t.storage(fn, name);
-  if (s.kind !== 'host') throw new TypeError(`${fn}: ${name} must be a host tensor`);
-  return s.data;
-}
-
-function deviceBuf(t: Tensor, fn: string, name: string): NativeDeviceBuffer {
-  const s = t.storage(fn, name);
-  if (s.kind !== 'device') throw new TypeError(`${fn}: ${name} must be a CUDA tensor`);
-  return s.buf;
-}
-
-/** A tensor of `shape` on p's device filled with `value` (used for empty problems). */
-async function filled(p: Problem, shape: number[], dtype: DType, value: number): Promise<Tensor> {
-  const n = shape.reduce((a, b) => a * b, 1);
-  const data = hostArray(dtype, n);
-  if (value !== 0) {
-    if (dtype !== 'float32') throw new Error('internal: non-zero fill needs float32');
-    data.fill(value);
-  }
-  const t = Tensor.wrapHost(data, shape, dtype);
-  return p.device < 0 ? t : t.to(`cuda:${p.device}`);
+  if (device >= 0) checkCudaHeadDim(fn, dimName('q', 'headDim'), tq.dtype, D);
+  return { B, Nq, Nk, H, Hkv, D, dtype: tq.dtype, device, bhsd, ...mask };
 }
 
 /**
- * Attention forward: out = softmax(scale * q k^T [+ causal mask]) v, and the row log-sum-exp.
- * Runs on the inputs' device; the Promise resolves when the result is ready.
+ * A caller-owned output tensor (the `out`, `lse`, `dq`, ... options): undefined when not given,
+ * else checked for shape, dtype and device, and for not being one of the call's inputs.
+ */
+export function checkOutput(fn: string, name: string, t: unknown, shape: readonly number[], dtype: DType,
+  device: number, inputs: readonly unknown[]): Tensor | undefined {
+  if (t === undefined) return undefined;
+  const tt = checkTensorArg(fn, name, t);
+  if (tt.dtype !== dtype) throw typeError(fn, `${name}.dtype`, `must be '${dtype}'`, tt.dtype);
+  const dev = deviceIndex(tt);
+  if (dev !== device) {
+    throw typeError(fn, `${name}.device`, `must be '${device < 0 ? 'cpu' : `cuda:${device}`}' (the inputs' device)`, tt.device);
+  }
+  if (tt.shape.length !== shape.length || tt.shape.some((d, i) => d !== shape[i])) {
+    throw rangeError(fn, `${name}.shape`, `must be ${describe(shape)}`, tt.shape);
+  }
+  if (inputs.includes(tt)) throw typeError(fn, name, 'must not be one of the inputs of the call', `the same Tensor`, true);
+  return tt;
+}
+
+/** The storage of a tensor as a slot value: its device handle or its host array. */
+export function slotOf(t: Tensor | undefined, fn: string, name: string): Handle | HostArray | null {
+  if (t === undefined) return null;
+  const s = t.storage(fn, name);
+  return s.kind === 'device' ? s.handle : s.data;
+}
+
+export function hostArray(dtype: DType, n: number): HostArray {
+  return dtype === 'float32' ? new Float32Array(n) : dtype === 'int32' ? new Int32Array(n) : new Uint16Array(n);
+}
+
+/** The mask / score / CPU fields of a params record. */
+export function fillMask(P: Float64Array, m: Mask): void {
+  P[F.causal] = m.causal ? 1 : 0;
+  P[F.scale] = m.scale;
+  P[F.softcap] = m.softcap;
+  P[F.has_window] = m.hasWindow ? 1 : 0;
+  P[F.window_left] = m.left;
+  P[F.window_right] = m.right;
+  P[F.block_m] = m.blockM;
+  P[F.block_n] = m.blockN;
+  P[F.threads] = m.threads;
+}
+
+function params(p: Problem): Float64Array {
+  const P = newParams();
+  P[F.device] = p.device;
+  P[F.batch] = p.B;
+  P[F.seqlen_q] = p.Nq;
+  P[F.seqlen_k] = p.Nk;
+  P[F.heads] = p.H;
+  P[F.heads_k] = p.Hkv;
+  P[F.head_dim] = p.D;
+  P[F.dtype] = DTYPE_CODE[p.dtype];
+  P[F.bhsd] = p.bhsd ? 1 : 0;
+  fillMask(P, p);
+  return P;
+}
+
+/**
+ * Runs one call on the backend of `device`. CPU: every output slot must hold a host array; the
+ * Promise settles when the work is done. CUDA: output slots that are null are allocated by the call,
+ * and their handles come back in slot order; the work is queued and the call returns at once.
+ */
+export async function runCall(fn: string, op: number, P: Float64Array, device: number,
+  slots: Partial<Record<SlotName, SlotValue>>): Promise<Handle[]> {
+  const arr = slotArray(P, slots);
+  if (device < 0) {
+    await callNative(fn, () => native.call(op, P, arr) as Promise<void>);
+    return [];
+  }
+  return callNative(fn, () => native.call(op, P, arr) as Handle[]);
+}
+
+/**
+ * Attention forward: out = softmax(scale * q k^T [+ mask]) v, and the row log-sum-exp.
+ * Runs on the inputs' device. CUDA: queued on the device's stream; the Promise settles at once.
  */
 export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions): Promise<AttentionResult> {
   const fn = 'flashAttention';
   const opts = checkOptions(fn, options, FWD_OPTIONS);
   const p = checkProblem(fn, q, k, v, opts);
   const lseShape = [p.B, p.H, p.Nq];
-  if (p.B === 0 || p.Nq === 0 || p.Nk === 0) {
-    // Nothing to attend to: out = 0 and lse = +inf (rows that see no key).
-    return { out: await filled(p, [...q.shape], p.dtype, 0), lse: await filled(p, lseShape, 'float32', Infinity) };
+  const inputs = [q, k, v];
+  let out = checkOutput(fn, 'options.out', opts.out, q.shape, p.dtype, p.device, inputs);
+  let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', p.device, inputs);
+  if (out !== undefined && out === lse) throw typeError(fn, 'options.lse', 'must not be options.out', 'the same Tensor', true);
+  if (p.B * p.Nq * p.H === 0) {  // nothing to write
+    return disposableResult({
+      out: out ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
+      lse: lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
+    });
   }
+  const P = params(p);
   if (p.device < 0) {
-    const out = hostArray(p.dtype, q.size);
-    const lse = new Float32Array(p.B * p.H * p.Nq);
-    await native.cpuForward(hostData(q, fn, 'q'), hostData(k, fn, 'k'), hostData(v, fn, 'v'), out, lse, dims(p), p.scale);
-    return { out: Tensor.wrapHost(out, q.shape, p.dtype), lse: Tensor.wrapHost(lse, lseShape, 'float32') };
+    out ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
+    lse ??= Tensor.wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
   }
-  const [out, lse] = await native.cudaForward(deviceBuf(q, fn, 'q'), deviceBuf(k, fn, 'k'), deviceBuf(v, fn, 'v'), dims(p), p.scale);
-  return { out: Tensor.wrapDevice(p.device, out, q.shape, p.dtype), lse: Tensor.wrapDevice(p.device, lse, lseShape, 'float32') };
+  const h = await runCall(fn, OP.forward, P, p.device, {
+    q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
+    out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
+  });
+  let i = 0;
+  return disposableResult({
+    out: out ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
+    lse: lse ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32'),
+  });
 }
 
 /**
@@ -200,53 +319,60 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
   }
   if (tl.dtype !== 'float32') throw typeError(fn, 'lse.dtype', `must be 'float32'`, tl.dtype);
   if (tl.device !== q.device) throw typeError(fn, 'lse.device', `must equal q.device = '${q.device}'`, tl.device);
-
-  if (p.B === 0 || p.Nq === 0 || p.Nk === 0) {
-    const r: BackwardResult = {
-      dq: await filled(p, [...q.shape], p.dtype, 0),
-      dk: await filled(p, [...k.shape], p.dtype, 0),
-      dv: await filled(p, [...v.shape], p.dtype, 0),
-    };
-    if (wantD) r.softmaxD = await filled(p, lseShape, 'float32', 0);
-    return r;
+  const inputs = [dout, q, k, v, out, lse];
+  let dq = checkOutput(fn, 'options.dq', opts.dq, q.shape, p.dtype, p.device, inputs);
+  let dk = checkOutput(fn, 'options.dk', opts.dk, k.shape, p.dtype, p.device, inputs);
+  let dv = checkOutput(fn, 'options.dv', opts.dv, v.shape, p.dtype, p.device, inputs);
+  if ((dq && (dq === dk || dq === dv)) || (dk && dk === dv)) {
+    throw typeError(fn, 'options.dq/dk/dv', 'must be three different tensors', 'the same Tensor twice', true);
   }
+  if (p.B * p.H * p.Nq === 0 && p.B * p.Hkv * p.Nk === 0) {
+    const r: Omit<BackwardResult, typeof Symbol.dispose> = {
+      dq: dq ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
+      dk: dk ?? await Tensor.empty(k.shape, { dtype: p.dtype, device: q.device }),
+      dv: dv ?? await Tensor.empty(v.shape, { dtype: p.dtype, device: q.device }),
+    };
+    if (wantD) r.softmaxD = await Tensor.empty(lseShape, { dtype: 'float32', device: q.device });
+    return disposableResult(r);
+  }
+  const P = params(p);
+  P[F.deterministic] = deterministic ? 1 : 0;
+  let softmaxD: Tensor | undefined;
   if (p.device < 0) {
-    const dq = hostArray(p.dtype, q.size), dk = hostArray(p.dtype, k.size), dv = hostArray(p.dtype, v.size);
-    const d = wantD ? new Float32Array(p.B * p.H * p.Nq) : null;
-    await native.cpuBackward(hostData(dout, fn, 'dout'), hostData(q, fn, 'q'), hostData(k, fn, 'k'),
-      hostData(v, fn, 'v'), hostData(out, fn, 'out'), hostData(lse, fn, 'lse') as Float32Array, dq, dk, dv, d,
-      dims(p, deterministic), p.scale);
-    const r: BackwardResult = {
-      dq: Tensor.wrapHost(dq, q.shape, p.dtype), dk: Tensor.wrapHost(dk, k.shape, p.dtype),
-      dv: Tensor.wrapHost(dv, v.shape, p.dtype),
-    };
-    if (d) r.softmaxD = Tensor.wrapHost(d, lseShape, 'float32');
-    return r;
+    dq ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
+    dk ??= Tensor.wrapHost(hostArray(p.dtype, k.size), k.shape, p.dtype);
+    dv ??= Tensor.wrapHost(hostArray(p.dtype, v.size), v.shape, p.dtype);
+    if (wantD) softmaxD = Tensor.wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
   }
-  const bufs = await native.cudaBackward(deviceBuf(dout, fn, 'dout'), deviceBuf(q, fn, 'q'), deviceBuf(k, fn, 'k'),
-    deviceBuf(v, fn, 'v'), deviceBuf(out, fn, 'out'), deviceBuf(lse, fn, 'lse'), dims(p, deterministic), p.scale, wantD);
-  const r: BackwardResult = {
-    dq: Tensor.wrapDevice(p.device, bufs[0], q.shape, p.dtype),
-    dk: Tensor.wrapDevice(p.device, bufs[1], k.shape, p.dtype),
-    dv: Tensor.wrapDevice(p.device, bufs[2], v.shape, p.dtype),
+  const h = await runCall(fn, OP.backward, P, p.device, {
+    dout: slotOf(dout, fn, 'dout'), q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
+    out: slotOf(out, fn, 'out'), lse: slotOf(lse, fn, 'lse'),
+    dq: slotOf(dq, fn, 'options.dq'), dk: slotOf(dk, fn, 'options.dk'), dv: slotOf(dv, fn, 'options.dv'),
+    softmax_d: p.device < 0 ? slotOf(softmaxD, fn, 'softmaxD') : wantD,
+  });
+  let i = 0;
+  const r: Omit<BackwardResult, typeof Symbol.dispose> = {
+    dq: dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
+    dk: dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype),
+    dv: dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype),
   };
-  if (wantD) r.softmaxD = Tensor.wrapDevice(p.device, bufs[3], lseShape, 'float32');
-  return r;
+  if (wantD) r.softmaxD = softmaxD ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32');
+  return disposableResult(r);
 }
 
 /**
  * Benchmark hook (used by bench/): runs the CUDA forward `warmup` times, then `reps` times with CUDA
- * events around each launch on the device's stream, and returns the per-launch milliseconds. Inputs
- * must be CUDA tensors; the outputs are discarded.
+ * events around each launch on the device's stream, and returns the per-launch milliseconds (kernel
+ * time). Inputs must be CUDA tensors; the outputs are discarded.
  */
 export async function benchmarkForward(q: Tensor, k: Tensor, v: Tensor, options: AttentionOptions | undefined,
   warmup: number, reps: number): Promise<number[]> {
   const fn = 'benchmarkForward';
   const p = checkProblem(fn, q, k, v, checkOptions(fn, options, FWD_OPTIONS));
   if (p.device < 0) throw new TypeError(`${fn}: q must be a CUDA tensor, got device '${q.device}'`);
-  const ms = await native.cudaBenchForward(deviceBuf(q, fn, 'q'), deviceBuf(k, fn, 'k'), deviceBuf(v, fn, 'v'),
-    dims(p), p.scale, warmup, reps);
-  return Array.from(ms);
+  const P = params(p);
+  const arr = slotArray(P, { q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v') });
+  return Array.from(await native.bench(OP.forward, P, arr, warmup, reps));
 }
 
 /** Benchmark hook for the CUDA backward (all its kernels per launch), like benchmarkForward. */
@@ -256,10 +382,13 @@ export async function benchmarkBackward(dout: Tensor, q: Tensor, k: Tensor, v: T
   const opts = checkOptions(fn, options, BWD_OPTIONS);
   const p = checkProblem(fn, q, k, v, opts);
   if (p.device < 0) throw new TypeError(`${fn}: q must be a CUDA tensor, got device '${q.device}'`);
-  const det = checkBoolean(fn, 'options.deterministic', opts.deterministic, false);
-  const ms = await native.cudaBenchBackward(deviceBuf(dout, fn, 'dout'), deviceBuf(q, fn, 'q'), deviceBuf(k, fn, 'k'),
-    deviceBuf(v, fn, 'v'), deviceBuf(out, fn, 'out'), deviceBuf(lse, fn, 'lse'), dims(p, det), p.scale, warmup, reps);
-  return Array.from(ms);
+  const P = params(p);
+  P[F.deterministic] = checkBoolean(fn, 'options.deterministic', opts.deterministic, false) ? 1 : 0;
+  const arr = slotArray(P, {
+    dout: slotOf(dout, fn, 'dout'), q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
+    out: slotOf(out, fn, 'out'), lse: slotOf(lse, fn, 'lse'),
+  });
+  return Array.from(await native.bench(OP.backward, P, arr, warmup, reps));
 }
 
 /** FLOPs of one forward the flash-attn way: 4*B*H*Nq*Nk*D, halved when causal. */

@@ -1,10 +1,11 @@
-// flash-attention-node: FlashAttention-2 forward and backward for Node.js.
+// flash-attention-node: FlashAttention forward and backward for Node.js.
 import { native } from './native';
+import { callNative, callNativeAsync, parseDevice, type Device } from './tensor';
 
 export { Tensor, type DType, type Device } from './tensor';
 export {
   flashAttention, flashAttentionBackward, attentionFlops,
-  type AttentionOptions, type BackwardOptions, type AttentionResult, type BackwardResult,
+  type AttentionOptions, type BackwardOptions, type MaskOptions, type AttentionResult, type BackwardResult,
 } from './attention';
 
 export interface DeviceInfo {
@@ -23,4 +24,59 @@ export function devices(): DeviceInfo[] {
 /** How the addon was built: { cuda, cudaArchs, cudaHeadDims, cudaBackward, version, ... }. */
 export function buildInfo(): Record<string, unknown> & { cuda: boolean; cudaArchs: string[]; version: string } {
   return native.buildInfo() as Record<string, unknown> & { cuda: boolean; cudaArchs: string[]; version: string };
+}
+
+/** Device memory figures in bytes (see memoryStats). */
+export interface MemoryStats {
+  /** Memory in use by live tensors and the workspaces of queued calls. */
+  allocated: number;
+  /** Memory the library's pool holds from the driver (allocated plus cached for reuse). */
+  reserved: number;
+  /** The largest `allocated` since the process started or resetPeakMemoryStats(). */
+  peakAllocated: number;
+  /** Free and total memory of the device, as the driver reports them (all processes). */
+  free: number;
+  total: number;
+}
+
+function cudaIndex(fn: string, device: unknown): number {
+  const d = parseDevice(fn, device === undefined ? 'cuda' : device, 'device');
+  if (d < 0) throw new RangeError(`${fn}: device must be a CUDA device ('cuda' or 'cuda:N'), got 'cpu'`);
+  return d;
+}
+
+/**
+ * Resolves once all work queued so far on the device is done; rejects with the CUDA error name when
+ * queued work failed (a failure inside a kernel makes the device unusable for the rest of the
+ * process, as in every CUDA program). 'cpu' resolves at once (CPU calls settle when done).
+ */
+export async function synchronize(device?: Device): Promise<void> {
+  const fn = 'synchronize';
+  if (device === 'cpu') return;
+  const d = cudaIndex(fn, device);
+  await callNativeAsync(fn, () => native.synchronize(d));
+}
+
+/** The library's device memory figures for a CUDA device (default 'cuda'). */
+export function memoryStats(device?: Device): MemoryStats {
+  const fn = 'memoryStats';
+  const d = cudaIndex(fn, device);
+  return callNative(fn, () => native.memoryStats(d));
+}
+
+/** Starts a new peak for memoryStats().peakAllocated. */
+export function resetPeakMemoryStats(device?: Device): void {
+  const fn = 'resetPeakMemoryStats';
+  const d = cudaIndex(fn, device);
+  callNative(fn, () => native.resetPeakMemoryStats(d));
+}
+
+/**
+ * Once the work queued on the device is done, hands the pooled memory that no tensor uses back to
+ * the driver, so that other processes can have it. Live tensors are untouched.
+ */
+export async function emptyCache(device?: Device): Promise<void> {
+  const fn = 'emptyCache';
+  const d = cudaIndex(fn, device);
+  await callNativeAsync(fn, () => native.emptyCache(d));
 }

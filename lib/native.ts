@@ -1,44 +1,97 @@
-// Typed view of the native binding (csrc/binding/addon.cpp). Internal: the public API is index.ts.
+// Typed view of the native binding (csrc/binding/*.cpp). Internal: the public API is index.ts.
+//
+// Calls pass named fields: a Float64Array whose element F.<name> holds field <name>, and a slot
+// array whose element S.<name> holds tensor <name>. The index of each name comes from the addon
+// itself (native.layout(), generated from csrc/binding/fields.h), and loading fails loudly when a
+// name used here is missing there, so the two sides cannot drift apart silently.
 import bindings from 'bindings';
 
-/** Handle of one device allocation; frees it on dispose() or when garbage-collected. */
-export interface NativeDeviceBuffer {
-  readonly bytes: number;
-  readonly device: number;
-  dispose(): void;
-}
+/** Opaque handle of one device allocation (a napi External); freed by free() or by the GC. */
+export interface Handle { readonly __faHandle: never }
 
-/** [B, Nq, Nk, H, Hkv, D, dtype, causal, layout(0 bshd, 1 bhsd), blockM, blockN, threads, deterministic] */
-export type Dims = [number, number, number, number, number, number, number, number, number, number,
-  number, number, number];
+export type HostArray = Float32Array | Uint16Array | Int32Array;
+export type SlotValue = Handle | HostArray | boolean | null | undefined;
 
-export type HostArray = Float32Array | Uint16Array;
+export interface NativeStats { allocated: number; reserved: number; peakAllocated: number; free: number; total: number }
 
-export interface NativeBinding {
-  cpuForward(q: HostArray, k: HostArray, v: HostArray, out: HostArray, lse: Float32Array, dims: Dims,
-    scale: number): Promise<void>;
-  cpuBackward(dout: HostArray, q: HostArray, k: HostArray, v: HostArray, out: HostArray,
-    lse: Float32Array, dq: HostArray, dk: HostArray, dv: HostArray, softmaxD: Float32Array | null,
-    dims: Dims, scale: number): Promise<void>;
+interface RawBinding {
+  layout(): { fields: string[]; slots: string[]; ops: string[] };
+  /** CPU (params.device < 0): Promise settled when done. CUDA: the new output handles, queued. */
+  call(op: number, params: Float64Array, slots: SlotValue[]): Promise<void> | Handle[];
+  merge(params: Float64Array, outs: Array<Handle | HostArray>, lses: Array<Handle | Float32Array>,
+    out: Handle | HostArray | null, lse: Handle | Float32Array | null): Promise<void> | Handle[];
+  bench(op: number, params: Float64Array, slots: SlotValue[], warmup: number, reps: number): Promise<Float64Array>;
+  alloc(device: number, bytes: number, zero: boolean): Handle;
+  free(h: Handle): void;
+  upload(device: number, data: HostArray): Handle | Promise<Handle>;
+  download(h: Handle, dst: HostArray): Promise<void>;
+  copyDevice(h: Handle, device: number): Handle;
+  synchronize(device: number): Promise<void>;
+  memoryStats(device: number): NativeStats;
+  emptyCache(device: number): Promise<void>;
+  resetPeakMemoryStats(device: number): void;
+  debugFault(device: number): void;
   convertFromF32(src: Float32Array, dst: Uint16Array, dtype: number): void;
   convertToF32(src: Uint16Array, dst: Float32Array, dtype: number): void;
   devices(): Array<{ index: number; name: string; computeCapability: string; totalMemory: number;
     multiProcessorCount: number }>;
   buildInfo(): Record<string, unknown>;
   cudaSupports(dtype: number, headDim: number): boolean;
-  cudaUpload(device: number, data: HostArray): Promise<NativeDeviceBuffer>;
-  cudaZeros(device: number, bytes: number): Promise<NativeDeviceBuffer>;
-  cudaDownload(buf: NativeDeviceBuffer, dst: HostArray): Promise<void>;
-  cudaForward(q: NativeDeviceBuffer, k: NativeDeviceBuffer, v: NativeDeviceBuffer, dims: Dims,
-    scale: number): Promise<[NativeDeviceBuffer, NativeDeviceBuffer]>;
-  cudaBenchForward(q: NativeDeviceBuffer, k: NativeDeviceBuffer, v: NativeDeviceBuffer, dims: Dims,
-    scale: number, warmup: number, reps: number): Promise<Float64Array>;
-  cudaBenchBackward(dout: NativeDeviceBuffer, q: NativeDeviceBuffer, k: NativeDeviceBuffer,
-    v: NativeDeviceBuffer, out: NativeDeviceBuffer, lse: NativeDeviceBuffer, dims: Dims, scale: number,
-    warmup: number, reps: number): Promise<Float64Array>;
-  cudaBackward(dout: NativeDeviceBuffer, q: NativeDeviceBuffer, k: NativeDeviceBuffer,
-    v: NativeDeviceBuffer, out: NativeDeviceBuffer, lse: NativeDeviceBuffer, dims: Dims, scale: number,
-    wantD: boolean): Promise<NativeDeviceBuffer[]>;
 }
 
-export const native: NativeBinding = bindings('flash_attention_node');
+export const native: RawBinding = bindings('flash_attention_node');
+
+const FIELD_NAMES = ['device', 'batch', 'seqlen_q', 'seqlen_k', 'heads', 'heads_k', 'head_dim', 'dtype', 'causal',
+  'bhsd', 'scale', 'softcap', 'has_window', 'window_left', 'window_right', 'block_m', 'block_n', 'threads',
+  'deterministic', 'total_q', 'total_k', 'page_size', 'max_pages', 'num_pages', 'num_splits', 'rotary_dim',
+  'rotary_interleaved', 'rotary_max_position', 'merge_count', 'slot_count'] as const;
+const SLOT_NAMES = ['q', 'k', 'v', 'out', 'lse', 'dout', 'dq', 'dk', 'dv', 'softmax_d', 'cu_seqlens_q',
+  'cu_seqlens_k', 'page_table', 'seqlens_k', 'rotary_cos', 'rotary_sin', 'k_cache', 'v_cache', 'cu_seqlens_new',
+  'seqlens_before'] as const;
+const OP_NAMES = ['forward', 'backward', 'paged', 'append_kv'] as const;
+
+export type FieldName = typeof FIELD_NAMES[number];
+export type SlotName = typeof SLOT_NAMES[number];
+export type OpName = typeof OP_NAMES[number];
+
+function indexMap<N extends string>(what: string, wanted: readonly N[], have: string[]): Record<N, number> {
+  const m = {} as Record<N, number>;
+  for (const name of wanted) {
+    const i = have.indexOf(name);
+    if (i < 0) {
+      throw new Error(`flash-attention-node: the native addon has no ${what} '${name}': it was built from other ` +
+        `sources than this JavaScript; rebuild it (npm run build:native)`);
+    }
+    m[name] = i;
+  }
+  return m;
+}
+
+const layout = native.layout();
+/** Field indices. */
+export const F = indexMap('field', FIELD_NAMES, layout.fields);
+/** Slot indices. */
+export const S = indexMap('slot', SLOT_NAMES, layout.slots);
+/** Operation codes. */
+export const OP = indexMap('op', OP_NAMES, layout.ops);
+const NUM_FIELDS = layout.fields.length;
+
+/** A zeroed params record. */
+export function newParams(): Float64Array {
+  return new Float64Array(NUM_FIELDS);
+}
+
+/** A slot array with `slots` set; slot_count set in `params` to cover the highest one. */
+export function slotArray(params: Float64Array, slots: Partial<Record<SlotName, SlotValue>>): SlotValue[] {
+  const arr: SlotValue[] = [];
+  let n = 0;
+  for (const name in slots) {
+    const v = slots[name as SlotName];
+    if (v === undefined || v === null) continue;
+    const i = S[name as SlotName];
+    arr[i] = v;
+    if (i + 1 > n) n = i + 1;
+  }
+  params[F.slot_count] = n;
+  return arr;
+}

@@ -1,14 +1,18 @@
-// Tensor: host (typed array) or CUDA (device buffer) storage with a shape and a dtype.
+// Tensor: host (typed array) or CUDA (device allocation) storage with a shape and a dtype.
+//
+// CUDA tensors are stream-ordered (see the README): a device call queues its work on the device's
+// stream and its Promise settles at once; reading to the host waits for the work that produced the
+// tensor; dispose() frees the memory in stream order, so it is safe while queued work still reads it.
 import { checkOptions, describe, rangeError, typeError } from './errors';
-import { native, type HostArray, type NativeDeviceBuffer } from './native';
+import { native, type Handle, type HostArray } from './native';
 
-export type DType = 'float32' | 'float16' | 'bfloat16';
+export type DType = 'float32' | 'float16' | 'bfloat16' | 'int32';
 export type Device = 'cpu' | 'cuda' | `cuda:${number}`;
 
-export const DTYPES: readonly DType[] = ['float32', 'float16', 'bfloat16'];
-/** dtype codes of the core API (fa_dtype). */
-export const DTYPE_CODE: Record<DType, number> = { float32: 0, float16: 1, bfloat16: 2 };
-export const ELEMENT_BYTES: Record<DType, number> = { float32: 4, float16: 2, bfloat16: 2 };
+export const DTYPES: readonly DType[] = ['float32', 'float16', 'bfloat16', 'int32'];
+/** dtype codes of the core API (fa_dtype); int32 is never an attention dtype. */
+export const DTYPE_CODE: Record<DType, number> = { float32: 0, float16: 1, bfloat16: 2, int32: 3 };
+export const ELEMENT_BYTES: Record<DType, number> = { float32: 4, float16: 2, bfloat16: 2, int32: 4 };
 /** Largest element count of one tensor: kernels index with 32-bit row and column counts. */
 export const MAX_ELEMENTS = 2 ** 31 - 1;
 
@@ -18,9 +22,11 @@ const Float16ArrayCtor = (globalThis as { Float16Array?: new (...args: unknown[]
 
 type Storage =
   | { kind: 'host'; data: HostArray }
-  | { kind: 'device'; index: number; buf: NativeDeviceBuffer };
+  | { kind: 'device'; index: number; handle: Handle };
 
 const INTERNAL = Symbol('Tensor.internal');
+// Symbol.dispose where the runtime has it (Node >= 20.4 / 18.18), else a private stand-in.
+const disposeSymbol: symbol = (Symbol as unknown as { dispose?: symbol }).dispose ?? Symbol('Symbol.dispose');
 
 /** Checks a shape and returns its element count. */
 export function checkShape(fn: string, shape: unknown, arg = 'shape'): number {
@@ -39,7 +45,7 @@ export function checkShape(fn: string, shape: unknown, arg = 'shape'): number {
 
 function checkDType(fn: string, dtype: unknown, arg = 'options.dtype'): DType {
   if (typeof dtype !== 'string' || !DTYPES.includes(dtype as DType)) {
-    throw typeError(fn, arg, `must be one of 'float32', 'float16', 'bfloat16'`, dtype);
+    throw typeError(fn, arg, `must be one of 'float32', 'float16', 'bfloat16', 'int32'`, dtype);
   }
   return dtype as DType;
 }
@@ -64,7 +70,7 @@ function deviceName(index: number): Device {
 }
 
 function newHostArray(dtype: DType, n: number): HostArray {
-  return dtype === 'float32' ? new Float32Array(n) : new Uint16Array(n);
+  return dtype === 'float32' ? new Float32Array(n) : dtype === 'int32' ? new Int32Array(n) : new Uint16Array(n);
 }
 
 export class Tensor {
@@ -73,9 +79,9 @@ export class Tensor {
   readonly device: Device;
   #storage: Storage | null;
 
-  /** @internal Use Tensor.from / Tensor.zeros. */
+  /** @internal Use Tensor.from / Tensor.zeros / Tensor.empty. */
   constructor(token: symbol, storage: Storage, shape: readonly number[], dtype: DType) {
-    if (token !== INTERNAL) throw new TypeError('Tensor: use Tensor.from() or Tensor.zeros() to make a tensor');
+    if (token !== INTERNAL) throw new TypeError('Tensor: use Tensor.from(), Tensor.zeros() or Tensor.empty() to make a tensor');
     this.#storage = storage;
     this.shape = Object.freeze([...shape]);
     this.dtype = dtype;
@@ -83,12 +89,12 @@ export class Tensor {
   }
 
   /** Host tensor from a typed array (copied). */
-  static from(data: Float32Array | Uint16Array | ArrayBufferView, shape: readonly number[],
+  static from(data: Float32Array | Uint16Array | Int32Array | ArrayBufferView, shape: readonly number[],
     options?: { dtype?: DType }): Tensor {
     const fn = 'Tensor.from';
     const isF16 = Float16ArrayCtor !== undefined && data instanceof Float16ArrayCtor;
-    if (!(data instanceof Float32Array) && !(data instanceof Uint16Array) && !isF16) {
-      throw typeError(fn, 'data', `must be a Float32Array, Uint16Array${Float16ArrayCtor ? ' or Float16Array' : ''}`, data);
+    if (!(data instanceof Float32Array) && !(data instanceof Uint16Array) && !(data instanceof Int32Array) && !isF16) {
+      throw typeError(fn, 'data', `must be a Float32Array, Uint16Array, Int32Array${Float16ArrayCtor ? ' or Float16Array' : ''}`, data);
     }
     const opts = checkOptions(fn, options, ['dtype']);
     const n = checkShape(fn, shape);
@@ -98,8 +104,15 @@ export class Tensor {
     }
     let dtype: DType;
     let host: HostArray;
-    if (data instanceof Float32Array) {
+    if (data instanceof Int32Array) {
+      if (opts.dtype !== undefined && opts.dtype !== 'int32') {
+        throw typeError(fn, 'options.dtype', `for an Int32Array must be 'int32' (or absent)`, opts.dtype);
+      }
+      dtype = 'int32';
+      host = data.slice();
+    } else if (data instanceof Float32Array) {
       dtype = opts.dtype === undefined ? 'float32' : checkDType(fn, opts.dtype);
+      if (dtype === 'int32') throw typeError(fn, 'options.dtype', `for a Float32Array must be 'float32', 'float16' or 'bfloat16'`, dtype);
       if (dtype === 'float32') {
         host = data.slice();
       } else {
@@ -111,7 +124,7 @@ export class Tensor {
         throw typeError(fn, 'options.dtype', `is required for a Uint16Array ('float16' or 'bfloat16' bits)`, undefined);
       }
       dtype = checkDType(fn, opts.dtype);
-      if (dtype === 'float32') {
+      if (dtype === 'float32' || dtype === 'int32') {
         throw typeError(fn, 'options.dtype', `for a Uint16Array must be 'float16' or 'bfloat16'`, dtype);
       }
       host = data.slice();
@@ -119,6 +132,7 @@ export class Tensor {
       const view = data as unknown as { buffer: ArrayBuffer; byteOffset: number; length: number };
       const bits = new Uint16Array(view.buffer, view.byteOffset, view.length).slice();
       dtype = opts.dtype === undefined ? 'float16' : checkDType(fn, opts.dtype);
+      if (dtype === 'int32') throw typeError(fn, 'options.dtype', `for a Float16Array must be 'float16', 'bfloat16' or 'float32'`, dtype);
       if (dtype === 'float16') {
         host = bits;
       } else {
@@ -131,16 +145,25 @@ export class Tensor {
     return new Tensor(INTERNAL, { kind: 'host', data: host }, shape, dtype);
   }
 
-  /** A zero-filled tensor on the host or a CUDA device. */
+  /** A zero-filled tensor on the host or a CUDA device (on a device: queued, settles at once). */
   static async zeros(shape: readonly number[], options?: { dtype?: DType; device?: Device }): Promise<Tensor> {
-    const fn = 'Tensor.zeros';
+    return Tensor.make('Tensor.zeros', shape, options, true);
+  }
+
+  /** An uninitialised tensor (zero-filled on the host), e.g. for the `out` options of the attention calls. */
+  static async empty(shape: readonly number[], options?: { dtype?: DType; device?: Device }): Promise<Tensor> {
+    return Tensor.make('Tensor.empty', shape, options, false);
+  }
+
+  private static make(fn: string, shape: readonly number[], options: { dtype?: DType; device?: Device } | undefined,
+    zero: boolean): Tensor {
     const opts = checkOptions(fn, options, ['dtype', 'device']);
     const n = checkShape(fn, shape);
     const dtype = opts.dtype === undefined ? 'float32' : checkDType(fn, opts.dtype);
     const dev = opts.device === undefined ? -1 : parseDevice(fn, opts.device, 'options.device');
     if (dev < 0) return new Tensor(INTERNAL, { kind: 'host', data: newHostArray(dtype, n) }, shape, dtype);
-    const buf = await native.cudaZeros(dev, n * ELEMENT_BYTES[dtype]);
-    return new Tensor(INTERNAL, { kind: 'device', index: dev, buf }, shape, dtype);
+    const handle = callNative(fn, () => native.alloc(dev, n * ELEMENT_BYTES[dtype], zero));
+    return new Tensor(INTERNAL, { kind: 'device', index: dev, handle }, shape, dtype);
   }
 
   /** @internal */
@@ -149,8 +172,8 @@ export class Tensor {
   }
 
   /** @internal */
-  static wrapDevice(index: number, buf: NativeDeviceBuffer, shape: readonly number[], dtype: DType): Tensor {
-    return new Tensor(INTERNAL, { kind: 'device', index, buf }, shape, dtype);
+  static wrapDevice(index: number, handle: Handle, shape: readonly number[], dtype: DType): Tensor {
+    return new Tensor(INTERNAL, { kind: 'device', index, handle }, shape, dtype);
   }
 
   get disposed(): boolean {
@@ -167,23 +190,31 @@ export class Tensor {
     return this.#storage;
   }
 
-  /** Copies to another device ('cpu', 'cuda', 'cuda:N'). Always returns a new tensor. */
+  /**
+   * Copies to another device ('cpu', 'cuda', 'cuda:N'). Always returns a new tensor. To a GPU the copy
+   * is queued (the Promise settles at once for tensors up to a few MiB, else once the copy is
+   * ordered on the device's stream); to the host it waits for the work that produced the tensor.
+   */
   async to(device: Device): Promise<Tensor> {
     const fn = 'Tensor.to';
     const s = this.storage(fn, 'tensor');
     const dev = parseDevice(fn, device);
     if (dev < 0) return Tensor.wrapHost(await this.toTypedArray(), this.shape, this.dtype);
-    const host = s.kind === 'host' ? s.data : await this.toTypedArray();
-    const buf = await native.cudaUpload(dev, host);
-    return Tensor.wrapDevice(dev, buf, this.shape, this.dtype);
+    if (s.kind === 'device') {
+      const handle = callNative(fn, () => native.copyDevice(s.handle, dev));
+      return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
+    }
+    const handle = await callNativeAsync(fn, () => native.upload(dev, s.data));
+    return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
-  /** The elements in the tensor's own dtype: Float32Array, or Uint16Array of float16/bfloat16 bits. */
-  async toTypedArray(): Promise<Float32Array | Uint16Array> {
-    const s = this.storage('Tensor.toTypedArray', 'tensor');
+  /** The elements in the tensor's own dtype: Float32Array, Int32Array, or Uint16Array of float16/bfloat16 bits. */
+  async toTypedArray(): Promise<Float32Array | Uint16Array | Int32Array> {
+    const fn = 'Tensor.toTypedArray';
+    const s = this.storage(fn, 'tensor');
     if (s.kind === 'host') return s.data.slice();
     const out = newHostArray(this.dtype, this.size);
-    await native.cudaDownload(s.buf, out);
+    await callNativeAsync(fn, () => native.download(s.handle, out));
     return out;
   }
 
@@ -192,6 +223,7 @@ export class Tensor {
     this.storage('Tensor.toFloat32Array', 'tensor');
     const raw = await this.toTypedArray();
     if (raw instanceof Float32Array) return raw;
+    if (raw instanceof Int32Array) return Float32Array.from(raw);
     const out = new Float32Array(raw.length);
     native.convertToF32(raw, out, DTYPE_CODE[this.dtype]);
     return out;
@@ -201,18 +233,56 @@ export class Tensor {
   dispose(): void {
     const s = this.#storage;
     this.#storage = null;
-    if (s?.kind === 'device') s.buf.dispose();
+    if (s?.kind === 'device') native.free(s.handle);
   }
+
+  /** `using t = ...` (TypeScript 5.2+ explicit resource management): disposed at the end of the scope. */
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
 
   toString(): string {
     return `Tensor(shape=[${this.shape.join(', ')}], dtype=${this.dtype}, device=${this.device}${this.disposed ? ', disposed' : ''})`;
   }
 }
 
-// `using t = ...` support where the runtime has Symbol.dispose.
-const disposeSymbol = (Symbol as unknown as { dispose?: symbol }).dispose;
-if (typeof disposeSymbol === 'symbol') {
-  Object.defineProperty(Tensor.prototype, disposeSymbol, {
-    value: function (this: Tensor) { this.dispose(); },
+/** Runs a native call, prefixing its error message with the function name. */
+export function callNative<T>(fn: string, f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    throw prefixError(fn, e);
+  }
+}
+
+/** Like callNative for a call that may return a Promise. */
+export async function callNativeAsync<T>(fn: string, f: () => T | Promise<T>): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    throw prefixError(fn, e);
+  }
+}
+
+function prefixError(fn: string, e: unknown): unknown {
+  if (e instanceof Error && !e.message.startsWith(fn)) {
+    const msg = `${fn}: ${e.message.replace(/^internal: /, 'internal error: ')}`;
+    const Ctor = e instanceof RangeError ? RangeError : e instanceof TypeError ? TypeError : Error;
+    const err = new Ctor(msg);
+    (err as Error & { cause?: unknown }).cause = e;
+    return err;
+  }
+  return e;
+}
+
+/** Makes a result object disposable as a whole (`using r = await flashAttention(...)`). */
+export function disposableResult<T extends object>(r: T): T & { [Symbol.dispose](): void } {
+  Object.defineProperty(r, disposeSymbol, {
+    value: function (this: Record<string, unknown>) {
+      for (const v of Object.values(this)) if (v instanceof Tensor) v.dispose();
+    },
+    enumerable: false,
   });
+  return r as T & { [Symbol.dispose](): void };
 }

@@ -1,0 +1,496 @@
+#include "binding/context.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+
+#ifdef FA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace fab {
+
+namespace {
+
+// Type tag of device handles (napi Externals): a value from elsewhere is never taken for one.
+const napi_type_tag kHandleTag = {0x8f3a61c2d94b0e17ULL, 0x5be04a7791c3d2a8ULL};
+
+// Device memory reported to V8 as external memory, so that the garbage collector runs when
+// undisposed device tensors pile up. V8 answers each increase above 64 MiB since its last full
+// collection with GC work, which made a plain report of every output (64 MiB for one B4 H16 N4096
+// D128 fp16 call) cost about a millisecond per call even when the caller disposes promptly. So the
+// first kUnreportedBytes of live device memory per JS thread are not reported; everything above is.
+constexpr int64_t kUnreportedBytes = int64_t(1) << 30;
+thread_local int64_t g_live_bytes = 0;
+
+void TrackDeviceBytes(napi_env env, int64_t delta) {
+  const int64_t before = std::max<int64_t>(0, g_live_bytes - kUnreportedBytes);
+  g_live_bytes += delta;
+  const int64_t after = std::max<int64_t>(0, g_live_bytes - kUnreportedBytes);
+  if (after != before) {
+    int64_t adjusted = 0;
+    napi_adjust_external_memory(env, after - before, &adjusted);
+  }
+}
+
+struct EnvContexts {
+  std::map<int, DeviceContext*> contexts;  // never deleted: finalizers may run after the cleanup
+};
+thread_local std::map<napi_env, EnvContexts*> g_envs;  // JS threads only
+
+EnvContexts* ContextsFor(Napi::Env env, bool create) {
+  auto it = g_envs.find(env);
+  if (it != g_envs.end()) return it->second;
+  if (!create) return nullptr;
+  auto* e = new EnvContexts();
+  g_envs[env] = e;
+  napi_env raw = env;
+  env.AddCleanupHook([e, raw]() {
+    for (auto& kv : e->contexts) kv.second->Shutdown();
+    g_envs.erase(raw);
+  });
+  return e;
+}
+
+#ifdef FA_WITH_CUDA
+// Errors after which CUDA refuses further work in the context (a fault inside a kernel, a
+// hardware error): everything but these leaves the context usable.
+bool IsSticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorUnknown:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDevicesUnavailable:
+      return true;
+    default:
+      return false;
+  }
+}
+#endif
+
+int PinnedClass(size_t bytes) {
+  int c = 12;  // 4 KiB minimum
+  while ((size_t(1) << c) < bytes) ++c;
+  return c;
+}
+constexpr size_t kPinnedCap = size_t(128) << 20;  // page-locked staging per context, at most
+
+}  // namespace
+
+DeviceContext* DeviceContext::Find(Napi::Env env, int device) {
+  EnvContexts* e = ContextsFor(env, false);
+  if (e == nullptr) return nullptr;
+  auto it = e->contexts.find(device);
+  return it == e->contexts.end() ? nullptr : it->second;
+}
+
+DeviceContext* DeviceContext::Get(Napi::Env env, int device) {
+  EnvContexts* e = ContextsFor(env, true);
+  auto it = e->contexts.find(device);
+  if (it != e->contexts.end()) return it->second;
+  auto* c = new DeviceContext(env, device);
+  e->contexts[device] = c;
+  return c;
+}
+
+DeviceContext::DeviceContext(Napi::Env env, int device) : device_(device) {
+#ifdef FA_WITH_CUDA
+  cudaError_t e = cudaSetDevice(device);
+  cudaStream_t s = nullptr, cs = nullptr;
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+  cudaMemPool_t pool = nullptr;
+  if (e == cudaSuccess) e = cudaDeviceGetDefaultMemPool(&pool, device);
+  if (e == cudaSuccess) {
+    // Keep freed blocks in the pool instead of returning them to the driver at every
+    // synchronisation: steady-state calls then allocate without cudaMalloc / cudaFree.
+    // emptyCache() hands them back.
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  if (e != cudaSuccess) {
+    const std::string msg = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) +
+                            " (setting up cuda:" + std::to_string(device) + ")";
+    cudaGetLastError();
+    if (s) cudaStreamDestroy(s);
+    if (cs) cudaStreamDestroy(cs);
+    throw Napi::Error::New(env, msg);
+  }
+  stream_ = s;
+  copy_stream_ = cs;
+  pool_ = pool;
+#else
+  throw Napi::Error::New(env, "flash-attention-node was built without CUDA");
+#endif
+  env_ = env;
+  tsfn_ = Napi::ThreadSafeFunction::New(env, Napi::Function::New(env, [](const Napi::CallbackInfo&) {}),
+                                        "flash-attention-node:cuda", 0, 1);
+  tsfn_.Unref(env);
+  waiter_ = std::thread([this] { WaiterLoop(); });
+}
+
+std::string DeviceContext::Unusable() const {
+  if (shut_down_) return "cuda:" + std::to_string(device_) + " was shut down with its environment";
+  return sticky_;
+}
+
+void DeviceContext::MakeCurrent() const {
+#ifdef FA_WITH_CUDA
+  thread_local int current = -1;
+  if (current != device_) {
+    cudaSetDevice(device_);
+    current = device_;
+  }
+#endif
+}
+
+std::string DeviceContext::Error(int code, const std::string& what) {
+#ifdef FA_WITH_CUDA
+  const cudaError_t e = static_cast<cudaError_t>(code);
+  std::string msg = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " (" + what + ")";
+  if (IsSticky(e)) {
+    if (sticky_.empty())
+      sticky_ = "cuda:" + std::to_string(device_) + " is unusable after a failure in queued work: " + msg;
+  } else {
+    cudaGetLastError();  // clear a non-sticky error so it is not blamed on a later call
+  }
+  return msg;
+#else
+  (void)code;
+  return what;
+#endif
+}
+
+std::string DeviceContext::Alloc(size_t bytes, void** ptr) {
+  *ptr = nullptr;
+#ifdef FA_WITH_CUDA
+  if (!sticky_.empty()) return sticky_;
+  MakeCurrent();
+  const size_t n = bytes ? bytes : 1;
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  cudaError_t e = cudaMallocAsync(ptr, n, s);
+  if (e == cudaErrorMemoryAllocation) {
+    // The pool may hold freed blocks that are too fragmented for this size: let the queued work
+    // finish, hand every unused block back to the driver and try once more.
+    cudaGetLastError();
+    cudaStreamSynchronize(s);
+    cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);
+    e = cudaMallocAsync(ptr, n, s);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);  // don't keep what we could not use
+    }
+  }
+  if (e != cudaSuccess) {
+    *ptr = nullptr;
+    return Error(e, "allocating " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device_));
+  }
+  return "";
+#else
+  (void)bytes;
+  return "built without CUDA";
+#endif
+}
+
+void DeviceContext::FreeAsync(void* ptr) {
+#ifdef FA_WITH_CUDA
+  if (ptr == nullptr || shut_down_) return;
+  MakeCurrent();
+  if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
+#else
+  (void)ptr;
+#endif
+}
+
+void DeviceContext::LinkAlloc(DevAlloc* a) {
+  a->prev = nullptr;
+  a->next = live_;
+  if (live_) live_->prev = a;
+  live_ = a;
+}
+void DeviceContext::UnlinkAlloc(DevAlloc* a) {
+  if (a->prev) a->prev->next = a->next;
+  else if (live_ == a) live_ = a->next;
+  if (a->next) a->next->prev = a->prev;
+  a->prev = a->next = nullptr;
+}
+
+Napi::Value DeviceContext::Wrap(Napi::Env env, void* ptr, size_t bytes) {
+  auto* a = new DevAlloc();
+  a->ctx = this;
+  a->ptr = ptr;
+  a->bytes = bytes;
+  LinkAlloc(a);
+  napi_value ext;
+  napi_status st = napi_create_external(
+      env, a,
+      [](napi_env e, void* data, void*) {
+        auto* al = static_cast<DevAlloc*>(data);
+        if (al->ptr != nullptr) Release(Napi::Env(e), al);
+        delete al;
+      },
+      nullptr, &ext);
+  if (st != napi_ok) {
+    UnlinkAlloc(a);
+    FreeAsync(ptr);
+    delete a;
+    throw Napi::Error::New(env, "internal: cannot create a device handle");
+  }
+  napi_type_tag_object(env, ext, &kHandleTag);
+  TrackDeviceBytes(env, static_cast<int64_t>(bytes));
+  return Napi::Value(env, ext);
+}
+
+DevAlloc* DeviceContext::Unwrap(Napi::Env env, Napi::Value v) {
+  napi_valuetype t;
+  if (napi_typeof(env, v, &t) != napi_ok || t != napi_external) return nullptr;
+  bool ok = false;
+  if (napi_check_object_type_tag(env, v, &kHandleTag, &ok) != napi_ok || !ok) return nullptr;
+  void* data = nullptr;
+  if (napi_get_value_external(env, v, &data) != napi_ok) return nullptr;
+  auto* a = static_cast<DevAlloc*>(data);
+  return a->ptr != nullptr ? a : nullptr;
+}
+
+void DeviceContext::Release(Napi::Env env, DevAlloc* a) {
+  if (a == nullptr || a->ptr == nullptr) return;
+  DeviceContext* c = a->ctx;
+  if (!c->shut_down_) {
+    c->FreeAsync(a->ptr);
+    c->UnlinkAlloc(a);
+  }
+  a->ptr = nullptr;
+  TrackDeviceBytes(env, -static_cast<int64_t>(a->bytes));
+}
+
+void DeviceContext::Enqueue(Work work, Done done) {
+  if (pending_++ == 0) tsfn_.Ref(Napi::Env(env_));
+  auto* it = new Item{std::move(work), std::move(done), ""};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    todo_.push_back(it);
+  }
+  cv_.notify_one();
+}
+
+void DeviceContext::WaiterLoop() {
+#ifdef FA_WITH_CUDA
+  cudaSetDevice(device_);
+#endif
+  for (;;) {
+    Item* it = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !todo_.empty(); });
+      if (todo_.empty()) break;  // stopping and drained
+      it = todo_.front();
+      todo_.pop_front();
+    }
+    it->result = it->work ? it->work() : "";
+    napi_status st = tsfn_.NonBlockingCall(it, [this](Napi::Env env, Napi::Function, Item* item) {
+      std::unique_ptr<Item> owned(item);
+      if (env != nullptr) {
+        Napi::HandleScope scope(env);
+        item->done(env, item->result);
+        if (--pending_ == 0) tsfn_.Unref(env);
+      }
+    });
+    // The environment is going away: the item (which may hold JS references) is leaked rather than
+    // destroyed off the JS thread.
+    (void)st;
+  }
+}
+
+void DeviceContext::WhenReached(const std::string& what, Done done, Napi::Env env) {
+#ifdef FA_WITH_CUDA
+  if (!Unusable().empty()) return done(env, Unusable());
+  MakeCurrent();
+  cudaEvent_t ev = nullptr;
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream_));
+  if (e != cudaSuccess) {
+    if (ev) cudaEventDestroy(ev);
+    return done(env, Error(e, what));
+  }
+  // Poll briefly on the JS thread: a small read right after a small call is done within
+  // microseconds, and settling here saves the hand-off to the waiter thread and back.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  for (;;) {
+    e = cudaEventQuery(ev);
+    if (e != cudaErrorNotReady || std::chrono::steady_clock::now() >= until) break;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  if (e != cudaErrorNotReady) {
+    cudaEventDestroy(ev);
+    return done(env, e == cudaSuccess ? "" : Error(e, what));
+  }
+  cudaGetLastError();
+  Enqueue(
+      [ev]() -> std::string {
+        const cudaError_t r = cudaEventSynchronize(ev);
+        cudaEventDestroy(ev);
+        return r == cudaSuccess ? "" : std::string("#") + std::to_string(static_cast<int>(r));
+      },
+      [this, what, done](Napi::Env env2, const std::string& r) {
+        // The waiter reports a CUDA error as "#<code>": turned into the message (and recorded as
+        // sticky) here, on the JS thread, which owns the context's state.
+        if (!r.empty() && r[0] == '#') return done(env2, Error(std::stoi(r.substr(1)), what));
+        done(env2, r);
+      });
+#else
+  (void)what;
+  done(env, "built without CUDA");
+#endif
+}
+
+Pinned* DeviceContext::TakePinned(size_t bytes) {
+#ifdef FA_WITH_CUDA
+  if (bytes > kPinnedMax) return nullptr;
+  // Uploads whose copies have completed free their buffers (oldest first).
+  while (!pinned_busy_.empty() && cudaEventQuery(static_cast<cudaEvent_t>(pinned_busy_.front()->event)) != cudaErrorNotReady) {
+    Pinned* p = pinned_busy_.front();
+    pinned_busy_.pop_front();
+    pinned_free_[p->cls].push_back(p);
+  }
+  cudaGetLastError();
+  const int cls = PinnedClass(bytes);
+  if (!pinned_free_[cls].empty()) {
+    Pinned* p = pinned_free_[cls].back();
+    pinned_free_[cls].pop_back();
+    return p;
+  }
+  const size_t cap = size_t(1) << cls;
+  if (pinned_total_ + cap > kPinnedCap) return nullptr;
+  MakeCurrent();
+  void* host = nullptr;
+  if (cudaHostAlloc(&host, cap, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  cudaEvent_t ev = nullptr;
+  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFreeHost(host);
+    return nullptr;
+  }
+  auto* p = new Pinned();
+  p->ptr = host;
+  p->bytes = cap;
+  p->event = ev;
+  p->cls = cls;
+  pinned_total_ += cap;
+  return p;
+#else
+  (void)bytes;
+  return nullptr;
+#endif
+}
+
+void DeviceContext::ReturnPinned(Pinned* p) {
+  if (p) pinned_free_[p->cls].push_back(p);
+}
+
+void DeviceContext::RetirePinned(Pinned* p) {
+#ifdef FA_WITH_CUDA
+  if (p == nullptr) return;
+  cudaEventRecord(static_cast<cudaEvent_t>(p->event), static_cast<cudaStream_t>(stream_));
+  pinned_busy_.push_back(p);
+#else
+  (void)p;
+#endif
+}
+
+void DeviceContext::MemoryStats(double* allocated, double* reserved, double* peak) {
+  *allocated = *reserved = *peak = 0;
+#ifdef FA_WITH_CUDA
+  cudaMemPool_t pool = static_cast<cudaMemPool_t>(pool_);
+  uint64_t v = 0;
+  if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v) == cudaSuccess) *allocated = double(v);
+  if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &v) == cudaSuccess) *reserved = double(v);
+  if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v) == cudaSuccess) *peak = double(v);
+  cudaGetLastError();
+#endif
+}
+
+void DeviceContext::ResetPeak() {
+#ifdef FA_WITH_CUDA
+  uint64_t zero = 0;
+  cudaMemPoolSetAttribute(static_cast<cudaMemPool_t>(pool_), cudaMemPoolAttrUsedMemHigh, &zero);
+  cudaGetLastError();
+#endif
+}
+
+std::string DeviceContext::Trim() {
+#ifdef FA_WITH_CUDA
+  cudaSetDevice(device_);
+  const cudaError_t e = cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);
+  return e == cudaSuccess ? "" : std::string("#") + std::to_string(static_cast<int>(e));
+#else
+  return "";
+#endif
+}
+
+void DeviceContext::FreePinnedCache() {
+#ifdef FA_WITH_CUDA
+  for (auto& list : pinned_free_) {
+    for (Pinned* p : list) {
+      cudaFreeHost(p->ptr);
+      cudaEventDestroy(static_cast<cudaEvent_t>(p->event));
+      pinned_total_ -= p->bytes;
+      delete p;
+    }
+    list.clear();
+  }
+  cudaGetLastError();
+#endif
+}
+
+void DeviceContext::Shutdown() {
+  if (shut_down_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (waiter_.joinable()) waiter_.join();
+#ifdef FA_WITH_CUDA
+  cudaSetDevice(device_);
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  // Free what users never disposed and the garbage collector never collected.
+  for (DevAlloc* a = live_; a != nullptr;) {
+    DevAlloc* next = a->next;
+    if (a->ptr) cudaFreeAsync(a->ptr, s);
+    a->ptr = nullptr;
+    a->prev = a->next = nullptr;
+    a = next;
+  }
+  live_ = nullptr;
+  cudaStreamSynchronize(s);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+  while (!pinned_busy_.empty()) {
+    pinned_free_[pinned_busy_.front()->cls].push_back(pinned_busy_.front());
+    pinned_busy_.pop_front();
+  }
+  FreePinnedCache();
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+  cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);
+  cudaGetLastError();
+#endif
+  shut_down_ = true;
+  tsfn_.Release();
+}
+
+}  // namespace fab

@@ -1,0 +1,156 @@
+// DeviceContext: the binding's state for one CUDA device in one Node.js environment (the main
+// thread, or one worker thread).
+//
+// Execution model (stream-ordered, as PyTorch's): every CUDA call the addon makes for a device is
+// issued from the JS thread, in call order, on the context's one stream: allocations
+// (cudaMallocAsync from the device's pool), copies, kernel launches and frees. Issuing returns at
+// once, so an attention call's Promise settles as soon as its kernels are queued, and its outputs
+// can feed the next call straight away; the GPU runs the queue with no gap between kernels.
+// Freeing a tensor is a cudaFreeAsync on the same stream: the memory is reused only after the
+// work queued before the free, so dispose() while queued work still reads a tensor is safe.
+//
+// Only waiting leaves the JS thread: a host read, synchronize() and emptyCache() record an event;
+// the JS thread polls it for a short while (kSpinMicros: a small read right after a small call
+// completes without any thread hand-off), then hands it to the context's waiter thread, which
+// blocks on it and settles the Promise through a thread-safe function. Large host transfers
+// (over kPinnedMax bytes) also run on the waiter thread, against a second stream ordered by events,
+// so the JS thread never copies or waits on them.
+//
+// Errors: a call that fails to enqueue (bad configuration, out of memory after the pool was trimmed
+// and the allocation retried) throws at once, with the CUDA error name, and leaves the context
+// usable. A failure inside queued work (a kernel fault) is reported by the next event that covers
+// it, i.e. at the next synchronize() or host read; CUDA makes such errors sticky, so the context
+// then records it and every later call on the device rejects with it.
+#pragma once
+
+#include <napi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fab {
+
+class DeviceContext;
+
+// One device allocation behind a JS handle (a type-tagged napi External). Freed by free() from JS,
+// by the handle's finalizer, or by the context's shutdown, whichever comes first.
+struct DevAlloc {
+  DeviceContext* ctx = nullptr;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DevAlloc* prev = nullptr;  // the context's list of live allocations
+  DevAlloc* next = nullptr;
+};
+
+// A page-locked host buffer for small transfers.
+struct Pinned {
+  void* ptr = nullptr;
+  size_t bytes = 0;  // capacity (a power of two)
+  void* event = nullptr;  // cudaEvent_t: recorded after the upload that reads it
+  int cls = 0;
+};
+
+class DeviceContext {
+ public:
+  static constexpr size_t kPinnedMax = size_t(4) << 20;  // transfers up to this use pinned staging
+  static constexpr int kSpinMicros = 100;
+
+  // The context of `device` in this environment, created on first use. Throws a Napi::Error when
+  // the device cannot be set up. JS thread only, like every method below unless noted.
+  static DeviceContext* Get(Napi::Env env, int device);
+  // Contexts of this environment that exist (for memoryStats of devices never used: none).
+  static DeviceContext* Find(Napi::Env env, int device);
+
+  int device() const { return device_; }
+  void* stream() const { return stream_; }
+
+  // "" when the device can take work, else the recorded sticky error (with the device named).
+  std::string Unusable() const;
+  // Makes this device current on the calling thread (cheap when it already is).
+  void MakeCurrent() const;
+  // Message for a CUDA error: "<name>: <description> (<what>)"; records it as the sticky error
+  // when CUDA reports one of the errors that corrupt the context.
+  std::string Error(int cuda_error, const std::string& what);
+
+  // Stream-ordered allocation of `bytes` (>= 1) on the stream. On out-of-memory the pool is trimmed
+  // (after the stream drains) and the allocation tried once more. Returns "" or the error message.
+  std::string Alloc(size_t bytes, void** ptr);
+  void FreeAsync(void* ptr);
+  // A new JS handle owning `ptr` (bytes long); the memory is reported to V8 above a threshold.
+  Napi::Value Wrap(Napi::Env env, void* ptr, size_t bytes);
+  // The allocation behind a handle, or nullptr when `v` is not a live handle.
+  static DevAlloc* Unwrap(Napi::Env env, Napi::Value v);
+  // Frees a handle's memory now (stream-ordered). Idempotent.
+  static void Release(Napi::Env env, DevAlloc* a);
+
+  // Work finished off the JS thread: `work` runs on the waiter thread (returns "" or an error
+  // message), then `done` runs on the JS thread with that result.
+  using Work = std::function<std::string()>;
+  using Done = std::function<void(Napi::Env, const std::string&)>;
+  void Enqueue(Work work, Done done);
+  // Records an event on the stream and calls `done` once the GPU reached it: at once when it does
+  // within kSpinMicros, else through the waiter thread. `done` gets "" or the error message.
+  void WhenReached(const std::string& what, Done done, Napi::Env env);
+
+  // Page-locked staging buffers (JS thread).
+  Pinned* TakePinned(size_t bytes);  // nullptr when none can be had (caller takes the large path)
+  void ReturnPinned(Pinned* p);      // free for reuse now
+  void RetirePinned(Pinned* p);      // reusable once its recorded event completes
+
+  // Pool figures: bytes in use, bytes reserved from the driver, peak in use.
+  void MemoryStats(double* allocated, double* reserved, double* peak);
+  void ResetPeak();
+  // Returns the pool's unused memory to the driver (call once the stream is drained) and frees
+  // the pinned staging buffers not in use. Thread-safe (runs on the waiter thread).
+  std::string Trim();
+  // Frees the page-locked staging buffers not in use (JS thread).
+  void FreePinnedCache();
+  // The second stream for large host transfers (waiter thread).
+  void* copy_stream() const { return copy_stream_; }
+
+  // Drains the stream, frees every live allocation, stops the waiter thread (environment cleanup).
+  void Shutdown();
+  bool shut_down() const { return shut_down_; }
+
+ private:
+  DeviceContext(Napi::Env env, int device);
+  void WaiterLoop();
+  void LinkAlloc(DevAlloc* a);
+  void UnlinkAlloc(DevAlloc* a);
+
+  struct Item {
+    Work work;
+    Done done;
+    std::string result;
+  };
+
+  int device_;
+  napi_env env_ = nullptr;
+  void* stream_ = nullptr;
+  void* copy_stream_ = nullptr;
+  void* pool_ = nullptr;
+  std::string sticky_;
+  bool shut_down_ = false;
+  DevAlloc* live_ = nullptr;
+
+  std::vector<Pinned*> pinned_free_[32];
+  std::deque<Pinned*> pinned_busy_;
+  size_t pinned_total_ = 0;
+
+  Napi::ThreadSafeFunction tsfn_;
+  int pending_ = 0;  // items enqueued and not yet done (JS thread): keeps the event loop alive
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item*> todo_;
+  bool stopping_ = false;
+  std::thread waiter_;
+};
+
+}  // namespace fab

@@ -1,0 +1,783 @@
+// The attention entry points of the binding: native.call(op, params, slots) and native.merge(...).
+//
+// One params filler per operation turns the named fields (fields.h) and the tensor slots into the
+// core API's plain structs (fa_core.h). TypeScript has already validated every argument; this layer
+// re-checks what could make the core read or write out of bounds (each slot's byte size against the
+// size the fields imply) and turns a mismatch into an internal TypeError rather than trusting it.
+//
+// CPU: the work runs in a Napi::AsyncWorker (no N-API calls off the JS thread); every output is a
+// host typed array the caller allocated; the Promise settles when the work is done.
+// CUDA: the work is enqueued on the device's stream from the JS thread (context.h) and the call
+// returns the new output handles synchronously (outputs whose slot was null are allocated here);
+// a failure to enqueue throws with the CUDA error name. Host Int32Array index arrays of a CUDA call
+// are staged into one device buffer with one copy.
+#include <napi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "binding/context.h"
+#include "binding/fields.h"
+#include "binding/ops.h"
+#include "fa_core.h"
+
+#ifdef FA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace fab {
+
+namespace {
+
+size_t ElemSize(int dtype) { return dtype == FA_FLOAT32 ? 4 : 2; }
+
+Napi::TypeError Internal(Napi::Env env, const std::string& msg) {
+  return Napi::TypeError::New(env, "internal: " + msg);
+}
+
+const char* kSlotNames[] = {
+#define FA_X(name) #name,
+    FA_SLOTS(FA_X)
+#undef FA_X
+};
+
+// The fields and slots of one call.
+struct Call {
+  Napi::Env env;
+  const double* f;
+  Napi::Array slots;
+  uint32_t nslots;
+
+  int I(Field i) const { return static_cast<int>(f[i]); }
+  double D(Field i) const { return f[i]; }
+  Napi::Value S(Slot s) const {
+    if (static_cast<uint32_t>(s) >= nslots) return env.Undefined();
+    return slots.Get(static_cast<uint32_t>(s));
+  }
+  bool Has(Slot s) const {
+    Napi::Value v = S(s);
+    return !v.IsUndefined() && !v.IsNull();
+  }
+};
+
+Call MakeCall(const Napi::CallbackInfo& info, int first) {
+  Napi::Env env = info.Env();
+  if (!info[first].IsTypedArray() || info[first].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
+    throw Internal(env, "params must be a Float64Array");
+  Napi::Float64Array p = info[first].As<Napi::Float64Array>();
+  if (p.ElementLength() < FA_NUM_FIELDS) throw Internal(env, "params has too few fields");
+  if (!info[first + 1].IsArray()) throw Internal(env, "slots must be an array");
+  Call c{env, p.Data(), info[first + 1].As<Napi::Array>(), 0};
+  const int n = c.I(FA_F_slot_count);
+  c.nslots = static_cast<uint32_t>(n < 0 ? 0 : n > FA_NUM_SLOTS ? FA_NUM_SLOTS : n);
+  return c;
+}
+
+// Byte sizes implied by the fields.
+struct Sizes {
+  size_t q = 0, kv = 0, lse = 0, cu = 0, seq = 0, table = 0, cache = 0, rot = 0;
+};
+Sizes SizesOf(const Call& c, int op) {
+  Sizes s;
+  const size_t es = ElemSize(c.I(FA_F_dtype));
+  const size_t B = c.I(FA_F_batch), H = c.I(FA_F_heads), Hkv = c.I(FA_F_heads_k), D = c.I(FA_F_head_dim);
+  const bool packed = c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged;
+  if (packed) {
+    s.q = size_t(c.I(FA_F_total_q)) * H * D * es;
+    s.kv = size_t(c.I(FA_F_total_k)) * Hkv * D * es;
+    s.lse = H * size_t(c.I(FA_F_total_q)) * 4;
+  } else {
+    s.q = B * c.I(FA_F_seqlen_q) * H * D * es;
+    s.kv = B * c.I(FA_F_seqlen_k) * Hkv * D * es;
+    s.lse = B * H * c.I(FA_F_seqlen_q) * 4;
+  }
+  s.cu = (B + 1) * 4;
+  s.seq = B * 4;
+  s.table = B * size_t(c.I(FA_F_max_pages)) * 4;
+  s.cache = size_t(c.I(FA_F_num_pages)) * c.I(FA_F_page_size) * Hkv * D * es;
+  s.rot = size_t(c.I(FA_F_rotary_max_position)) * (c.I(FA_F_rotary_dim) / 2) * 4;
+  return s;
+}
+
+// ---- CPU --------------------------------------------------------------------------------------------
+
+void* HostPtr(const Call& c, Slot s, size_t bytes, bool required) {
+  Napi::Value v = c.S(s);
+  if (v.IsUndefined() || v.IsNull()) {
+    if (required) throw Internal(c.env, std::string(kSlotNames[s]) + " is missing");
+    return nullptr;
+  }
+  if (!v.IsTypedArray()) throw Internal(c.env, std::string(kSlotNames[s]) + " must be a host typed array");
+  Napi::TypedArray t = v.As<Napi::TypedArray>();
+  if (t.ByteLength() < bytes)
+    throw Internal(c.env, std::string(kSlotNames[s]) + " has " + std::to_string(t.ByteLength()) + " bytes, needs " +
+                              std::to_string(bytes));
+  return static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
+}
+
+class CpuWorker : public Napi::AsyncWorker {
+ public:
+  CpuWorker(Napi::Env env, const char* name)
+      : Napi::AsyncWorker(env, name), deferred_(Napi::Promise::Deferred::New(env)) {}
+  void Keep(const Napi::Value& v) {
+    if (v.IsObject()) refs_.push_back(Napi::Persistent(v.As<Napi::Object>()));
+  }
+  Napi::Promise Promise() { return deferred_.Promise(); }
+  std::function<fa_status()> run;
+
+ protected:
+  void Execute() override {
+    fa_status s = run();
+    if (s != FA_OK) {
+      std::string msg = fa_last_error();
+      SetError(msg.empty() ? fa_status_name(s) : msg);
+    }
+  }
+  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::vector<Napi::ObjectReference> refs_;
+};
+
+fa_strides QStr(const Call& c) {
+  const int N = c.I(FA_F_seqlen_q), H = c.I(FA_F_heads), D = c.I(FA_F_head_dim);
+  return c.I(FA_F_bhsd) ? fa_strides_bhsd(N, H, D) : fa_strides_bshd(N, H, D);
+}
+fa_strides KStr(const Call& c) {
+  const int N = c.I(FA_F_seqlen_k), H = c.I(FA_F_heads_k), D = c.I(FA_F_head_dim);
+  return c.I(FA_F_bhsd) ? fa_strides_bhsd(N, H, D) : fa_strides_bshd(N, H, D);
+}
+// Packed rows [total, H, D]: row stride H*D, head stride D (batch stride unused).
+fa_strides PackedStr(int H, int D) {
+  fa_strides s;
+  s.batch = 0;
+  s.row = int64_t(H) * D;
+  s.head = D;
+  return s;
+}
+
+// The fields every attention params struct shares.
+template <class P>
+void FillCommon(P& p, const Call& c) {
+  p.batch = c.I(FA_F_batch);
+  p.seqlen_q = c.I(FA_F_seqlen_q);
+  p.seqlen_k = c.I(FA_F_seqlen_k);
+  p.heads = c.I(FA_F_heads);
+  p.heads_k = c.I(FA_F_heads_k);
+  p.head_dim = c.I(FA_F_head_dim);
+  p.scale = static_cast<float>(c.D(FA_F_scale));
+  p.causal = c.I(FA_F_causal);
+  p.dtype = static_cast<fa_dtype>(c.I(FA_F_dtype));
+  p.block_m = c.I(FA_F_block_m);
+  p.block_n = c.I(FA_F_block_n);
+  p.num_threads = c.I(FA_F_threads);
+  p.has_window = c.I(FA_F_has_window);
+  p.window_left = c.I(FA_F_window_left);
+  p.window_right = c.I(FA_F_window_right);
+  p.softcap = static_cast<float>(c.D(FA_F_softcap));
+  p.total_q = c.I(FA_F_total_q);
+}
+
+fa_rotary RotaryOf(const Call& c, const float* cos, const float* sin) {
+  fa_rotary r{};
+  if (cos == nullptr) return r;
+  r.cos = cos;
+  r.sin = sin;
+  r.rotary_dim = c.I(FA_F_rotary_dim);
+  r.max_position = c.I(FA_F_rotary_max_position);
+  r.interleaved = c.I(FA_F_rotary_interleaved);
+  return r;
+}
+
+Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
+  Napi::Env env = info.Env();
+  const Sizes z = SizesOf(c, op);
+  auto* w = new CpuWorker(env, "flash-attention-node:cpu");
+  try {
+    for (uint32_t i = 0; i < c.nslots; ++i) w->Keep(c.slots.Get(i));
+    const bool packed = c.Has(FA_S_cu_seqlens_q);
+    if (op == FA_OP_forward || op == FA_OP_paged) {
+      fa_fwd_params p{};
+      FillCommon(p, c);
+      const bool paged = op == FA_OP_paged;
+      p.q = HostPtr(c, FA_S_q, z.q, true);
+      p.o = HostPtr(c, FA_S_out, z.q, true);
+      p.lse = static_cast<float*>(HostPtr(c, FA_S_lse, z.lse, true));
+      if (paged) {
+        p.k = HostPtr(c, FA_S_k_cache, z.cache, true);
+        p.v = HostPtr(c, FA_S_v_cache, z.cache, true);
+        p.cu_seqlens_q = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_q, z.cu, true));
+        p.page_table = static_cast<const int32_t*>(HostPtr(c, FA_S_page_table, z.table, true));
+        p.seqlens_k = static_cast<const int32_t*>(HostPtr(c, FA_S_seqlens_k, z.seq, true));
+        p.page_size = c.I(FA_F_page_size);
+        p.max_pages_per_seq = c.I(FA_F_max_pages);
+        p.num_pages = c.I(FA_F_num_pages);
+        p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
+        p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
+      } else {
+        p.k = HostPtr(c, FA_S_k, z.kv, true);
+        p.v = HostPtr(c, FA_S_v, z.kv, true);
+        if (packed) {
+          p.cu_seqlens_q = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_q, z.cu, true));
+          p.cu_seqlens_k = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_k, z.cu, true));
+          p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
+          p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
+        } else {
+          p.q_str = p.o_str = QStr(c);
+          p.k_str = p.v_str = KStr(c);
+        }
+      }
+      const float* cos = static_cast<const float*>(HostPtr(c, FA_S_rotary_cos, z.rot, false));
+      const float* sin = static_cast<const float*>(HostPtr(c, FA_S_rotary_sin, z.rot, cos != nullptr));
+      if (paged && cos != nullptr) {
+        fa_rotary_params r{};
+        r.x = p.q;
+        r.cu_seqlens = p.cu_seqlens_q;
+        r.pos_end = p.seqlens_k;
+        r.batch = p.batch;
+        r.total = p.total_q;
+        r.heads = p.heads;
+        r.head_dim = p.head_dim;
+        r.dtype = p.dtype;
+        r.rotary = RotaryOf(c, cos, sin);
+        r.num_threads = p.num_threads;
+        const size_t qbytes = z.q;
+        w->run = [p, r, qbytes]() mutable {
+          std::vector<uint8_t> rotated(qbytes ? qbytes : 1);
+          r.out = rotated.data();
+          fa_status s = fa_rotary_cpu(&r);
+          if (s != FA_OK) return s;
+          p.q = rotated.data();
+          return fa_fwd_cpu(&p);
+        };
+      } else {
+        w->run = [p]() { return fa_fwd_cpu(&p); };
+      }
+    } else if (op == FA_OP_backward) {
+      fa_bwd_params p{};
+      FillCommon(p, c);
+      p.deterministic = c.I(FA_F_deterministic);
+      p.dout = HostPtr(c, FA_S_dout, z.q, true);
+      p.q = HostPtr(c, FA_S_q, z.q, true);
+      p.k = HostPtr(c, FA_S_k, z.kv, true);
+      p.v = HostPtr(c, FA_S_v, z.kv, true);
+      p.o = HostPtr(c, FA_S_out, z.q, true);
+      p.lse = static_cast<const float*>(HostPtr(c, FA_S_lse, z.lse, true));
+      p.dq = HostPtr(c, FA_S_dq, z.q, true);
+      p.dk = HostPtr(c, FA_S_dk, z.kv, true);
+      p.dv = HostPtr(c, FA_S_dv, z.kv, true);
+      p.softmax_d = static_cast<float*>(HostPtr(c, FA_S_softmax_d, z.lse, false));
+      if (packed) {
+        p.cu_seqlens_q = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_q, z.cu, true));
+        p.cu_seqlens_k = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_k, z.cu, true));
+        p.total_k = c.I(FA_F_total_k);
+        p.do_str = p.q_str = p.o_str = p.dq_str = PackedStr(p.heads, p.head_dim);
+        p.k_str = p.v_str = p.dk_str = p.dv_str = PackedStr(p.heads_k, p.head_dim);
+      } else {
+        p.do_str = p.q_str = p.o_str = p.dq_str = QStr(c);
+        p.k_str = p.v_str = p.dk_str = p.dv_str = KStr(c);
+      }
+      w->run = [p]() { return fa_bwd_cpu(&p); };
+    } else if (op == FA_OP_append_kv) {
+      fa_append_kv_params p{};
+      p.batch = c.I(FA_F_batch);
+      p.total_new = c.I(FA_F_total_k);
+      p.heads_k = c.I(FA_F_heads_k);
+      p.head_dim = c.I(FA_F_head_dim);
+      p.page_size = c.I(FA_F_page_size);
+      p.max_pages_per_seq = c.I(FA_F_max_pages);
+      p.num_pages = c.I(FA_F_num_pages);
+      p.dtype = static_cast<fa_dtype>(c.I(FA_F_dtype));
+      p.num_threads = c.I(FA_F_threads);
+      p.k_cache = HostPtr(c, FA_S_k_cache, z.cache, true);
+      p.v_cache = HostPtr(c, FA_S_v_cache, z.cache, true);
+      p.k = HostPtr(c, FA_S_k, z.kv, true);
+      p.v = HostPtr(c, FA_S_v, z.kv, true);
+      p.page_table = static_cast<const int32_t*>(HostPtr(c, FA_S_page_table, z.table, true));
+      p.cu_seqlens_new = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_new, z.cu, true));
+      p.seqlens_before = static_cast<const int32_t*>(HostPtr(c, FA_S_seqlens_before, z.seq, true));
+      const float* cos = static_cast<const float*>(HostPtr(c, FA_S_rotary_cos, z.rot, false));
+      const float* sin = static_cast<const float*>(HostPtr(c, FA_S_rotary_sin, z.rot, cos != nullptr));
+      p.rotary = RotaryOf(c, cos, sin);
+      w->run = [p]() { return fa_append_kv_cpu(&p); };
+    } else {
+      throw Internal(env, "unknown op " + std::to_string(op));
+    }
+  } catch (...) {
+    delete w;
+    throw;
+  }
+  Napi::Promise promise = w->Promise();
+  w->Queue();
+  return promise;
+}
+
+#ifdef FA_WITH_CUDA
+// ---- CUDA ------------------------------------------------------------------------------------------
+
+// Device memory of one call: its inputs, the outputs it allocates, and temporaries freed (in stream
+// order) when the call is done.
+struct CudaCall {
+  DeviceContext* ctx;
+  const Call& c;
+  std::vector<void*> temps;      // freed after the launch, in stream order
+  std::vector<std::pair<void*, size_t>> fresh;  // outputs allocated here (returned as handles)
+  std::vector<Slot> fresh_slots;
+
+  ~CudaCall() {
+    for (void* t : temps) ctx->FreeAsync(t);
+  }
+  void Fail(const std::string& msg) {
+    for (auto& f : fresh) ctx->FreeAsync(f.first);
+    fresh.clear();
+    throw Napi::Error::New(c.env, msg);
+  }
+  void* Alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    std::string e = ctx->Alloc(bytes, &p);
+    if (!e.empty()) Fail(e);
+    (void)what;
+    return p;
+  }
+  // A device input: the handle's pointer (checking device and size).
+  void* In(Slot s, size_t bytes, bool required = true) {
+    Napi::Value v = c.S(s);
+    if (v.IsUndefined() || v.IsNull()) {
+      if (required) throw Internal(c.env, std::string(kSlotNames[s]) + " is missing");
+      return nullptr;
+    }
+    DevAlloc* a = DeviceContext::Unwrap(c.env, v);
+    if (a == nullptr) throw Napi::TypeError::New(c.env, std::string(kSlotNames[s]) + " is disposed or not a device tensor");
+    if (a->ctx != ctx) throw Internal(c.env, std::string(kSlotNames[s]) + " is on another device");
+    if (a->bytes < bytes)
+      throw Internal(c.env, std::string(kSlotNames[s]) + " has " + std::to_string(a->bytes) + " bytes, needs " +
+                                std::to_string(bytes));
+    return a->ptr;
+  }
+  // An output: the caller's tensor, or a new allocation returned as a handle.
+  void* Out(Slot s, size_t bytes) {
+    Napi::Value v = c.S(s);
+    if (!v.IsUndefined() && !v.IsNull()) return In(s, bytes);
+    void* p = Alloc(bytes, kSlotNames[s]);
+    fresh.emplace_back(p, bytes);
+    fresh_slots.push_back(s);
+    return p;
+  }
+  Napi::Value Result() {
+    Napi::Array arr = Napi::Array::New(c.env, fresh.size());
+    for (size_t i = 0; i < fresh.size(); ++i) arr.Set(uint32_t(i), ctx->Wrap(c.env, fresh[i].first, fresh[i].second));
+    fresh.clear();
+    return arr;
+  }
+};
+
+// Index arrays of a CUDA call: device handles are used as they are; host Int32Arrays are copied,
+// all of them in one staging buffer and one host-to-device copy.
+struct IndexStaging {
+  struct Entry {
+    Slot slot;
+    const void* host;
+    size_t bytes;
+    const int32_t** dst;
+  };
+  std::vector<Entry> host;
+  void Add(CudaCall& cc, Slot s, size_t bytes, const int32_t** dst, bool required = true) {
+    Napi::Value v = cc.c.S(s);
+    if (v.IsUndefined() || v.IsNull()) {
+      if (required) throw Internal(cc.c.env, std::string(kSlotNames[s]) + " is missing");
+      *dst = nullptr;
+      return;
+    }
+    if (v.IsTypedArray()) {
+      Napi::TypedArray t = v.As<Napi::TypedArray>();
+      if (t.ByteLength() < bytes) throw Internal(cc.c.env, std::string(kSlotNames[s]) + " is too short");
+      host.push_back({s, static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset(), bytes, dst});
+      return;
+    }
+    *dst = static_cast<const int32_t*>(cc.In(s, bytes));
+  }
+  void Upload(CudaCall& cc) {
+    if (host.empty()) return;
+    size_t total = 0;
+    for (auto& e : host) total += (e.bytes + 15) / 16 * 16;
+    char* dev = static_cast<char*>(cc.Alloc(total, "index arrays"));
+    cc.temps.push_back(dev);
+    cudaStream_t s = static_cast<cudaStream_t>(cc.ctx->stream());
+    Pinned* pin = cc.ctx->TakePinned(total);
+    size_t off = 0;
+    if (pin != nullptr) {
+      for (auto& e : host) {
+        std::memcpy(static_cast<char*>(pin->ptr) + off, e.host, e.bytes);
+        *e.dst = reinterpret_cast<const int32_t*>(dev + off);
+        off += (e.bytes + 15) / 16 * 16;
+      }
+      cudaError_t err = cudaMemcpyAsync(dev, pin->ptr, total, cudaMemcpyHostToDevice, s);
+      cc.ctx->RetirePinned(pin);
+      if (err != cudaSuccess) cc.Fail(cc.ctx->Error(err, "copying index arrays"));
+    } else {  // over the staging limit: one synchronous copy each (rare: megabytes of indices)
+      for (auto& e : host) {
+        *e.dst = reinterpret_cast<const int32_t*>(dev + off);
+        cudaError_t err = cudaMemcpyAsync(dev + off, e.host, e.bytes, cudaMemcpyHostToDevice, s);
+        if (err != cudaSuccess) cc.Fail(cc.ctx->Error(err, "copying index arrays"));
+        off += (e.bytes + 15) / 16 * 16;
+      }
+    }
+  }
+};
+
+// Runs `launch` once; when the core reports an out-of-memory error (its own workspace), drains the
+// stream, trims the pool and runs it once more.
+template <class F>
+fa_status WithRetry(DeviceContext* ctx, F&& launch) {
+  fa_status st = launch();
+  if (st == FA_ERR_CUDA && std::strstr(fa_last_error(), "cudaErrorMemoryAllocation") != nullptr) {
+    cudaGetLastError();
+    cudaStreamSynchronize(static_cast<cudaStream_t>(ctx->stream()));
+    ctx->Trim();
+    st = launch();
+  }
+  return st;
+}
+
+std::string CoreError(DeviceContext* ctx, fa_status st) {
+  std::string msg = fa_last_error();
+  if (msg.empty()) msg = fa_status_name(st);
+  // The core names CUDA errors "cudaErrorXxx: ..."; sticky ones make the context unusable.
+  const size_t at = msg.find("cudaError");
+  if (st == FA_ERR_CUDA && at != std::string::npos) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) ctx->Error(e, "after a failed launch");
+  }
+  return msg;
+}
+
+// Fills an fa_fwd_params for forward / paged calls (pointers included). Index arrays go through
+// `idx` (uploaded before the launch).
+void FillForward(CudaCall& cc, IndexStaging& idx, int op, fa_fwd_params& p) {
+  const Call& c = cc.c;
+  const Sizes z = SizesOf(c, op);
+  FillCommon(p, c);
+  p.q = cc.In(FA_S_q, z.q);
+  if (op == FA_OP_paged) {
+    p.k = cc.In(FA_S_k_cache, z.cache);
+    p.v = cc.In(FA_S_v_cache, z.cache);
+    idx.Add(cc, FA_S_cu_seqlens_q, z.cu, &p.cu_seqlens_q);
+    idx.Add(cc, FA_S_page_table, z.table, &p.page_table);
+    idx.Add(cc, FA_S_seqlens_k, z.seq, &p.seqlens_k);
+    p.page_size = c.I(FA_F_page_size);
+    p.max_pages_per_seq = c.I(FA_F_max_pages);
+    p.num_pages = c.I(FA_F_num_pages);
+    p.num_splits = c.I(FA_F_num_splits);
+    p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
+    p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
+  } else {
+    p.k = cc.In(FA_S_k, z.kv);
+    p.v = cc.In(FA_S_v, z.kv);
+    if (c.Has(FA_S_cu_seqlens_q)) {
+      idx.Add(cc, FA_S_cu_seqlens_q, z.cu, &p.cu_seqlens_q);
+      idx.Add(cc, FA_S_cu_seqlens_k, z.cu, &p.cu_seqlens_k);
+      p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
+      p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
+    } else {
+      p.q_str = p.o_str = QStr(c);
+      p.k_str = p.v_str = KStr(c);
+    }
+  }
+  p.o = cc.Out(FA_S_out, z.q);
+  p.lse = static_cast<float*>(cc.Out(FA_S_lse, z.lse));
+}
+
+Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
+  Napi::Env env = info.Env();
+  const int device = c.I(FA_F_device);
+  DeviceContext* ctx = DeviceContext::Get(env, device);
+  const std::string bad = ctx->Unusable();
+  if (!bad.empty()) throw Napi::Error::New(env, bad);
+  ctx->MakeCurrent();
+  cudaStream_t stream = static_cast<cudaStream_t>(ctx->stream());
+  const Sizes z = SizesOf(c, op);
+  CudaCall cc{ctx, c, {}, {}, {}};
+  IndexStaging idx;
+  fa_status st = FA_OK;
+  if (op == FA_OP_forward || op == FA_OP_paged) {
+    fa_fwd_params p{};
+    FillForward(cc, idx, op, p);
+    const float* cos = nullptr;
+    const float* sin = nullptr;
+    if (op == FA_OP_paged && c.Has(FA_S_rotary_cos)) {
+      cos = static_cast<const float*>(cc.In(FA_S_rotary_cos, z.rot));
+      sin = static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot));
+    }
+    idx.Upload(cc);
+    if (cos != nullptr) {
+      // q rotated at positions seqlens_k[b] - n_b + i into a temporary, then attention on it.
+      fa_rotary_params r{};
+      r.x = p.q;
+      r.out = cc.Alloc(z.q ? z.q : 1, "rotated q");
+      cc.temps.push_back(r.out);
+      r.cu_seqlens = p.cu_seqlens_q;
+      r.pos_end = p.seqlens_k;
+      r.batch = p.batch;
+      r.total = p.total_q;
+      r.heads = p.heads;
+      r.head_dim = p.head_dim;
+      r.dtype = p.dtype;
+      r.rotary = RotaryOf(c, cos, sin);
+      st = fa_rotary_cuda(&r, stream);
+      p.q = r.out;
+    }
+    if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
+  } else if (op == FA_OP_backward) {
+    fa_bwd_params p{};
+    FillCommon(p, c);
+    p.deterministic = c.I(FA_F_deterministic);
+    p.dout = cc.In(FA_S_dout, z.q);
+    p.q = cc.In(FA_S_q, z.q);
+    p.k = cc.In(FA_S_k, z.kv);
+    p.v = cc.In(FA_S_v, z.kv);
+    p.o = cc.In(FA_S_out, z.q);
+    p.lse = static_cast<const float*>(cc.In(FA_S_lse, z.lse));
+    if (c.Has(FA_S_cu_seqlens_q)) {
+      idx.Add(cc, FA_S_cu_seqlens_q, z.cu, &p.cu_seqlens_q);
+      idx.Add(cc, FA_S_cu_seqlens_k, z.cu, &p.cu_seqlens_k);
+      p.total_k = c.I(FA_F_total_k);
+      p.do_str = p.q_str = p.o_str = p.dq_str = PackedStr(p.heads, p.head_dim);
+      p.k_str = p.v_str = p.dk_str = p.dv_str = PackedStr(p.heads_k, p.head_dim);
+    } else {
+      p.do_str = p.q_str = p.o_str = p.dq_str = QStr(c);
+      p.k_str = p.v_str = p.dk_str = p.dv_str = KStr(c);
+    }
+    p.dq = cc.Out(FA_S_dq, z.q);
+    p.dk = cc.Out(FA_S_dk, z.kv);
+    p.dv = cc.Out(FA_S_dv, z.kv);
+    // softmax_d: a caller's tensor, or a new one when the slot holds `true` (asked for, not given).
+    Napi::Value sd = c.S(FA_S_softmax_d);
+    if (sd.IsBoolean()) {
+      if (sd.As<Napi::Boolean>().Value()) p.softmax_d = static_cast<float*>(cc.Out(FA_S_softmax_d, z.lse));
+    } else if (!sd.IsUndefined() && !sd.IsNull()) {
+      p.softmax_d = static_cast<float*>(cc.In(FA_S_softmax_d, z.lse));
+    }
+    idx.Upload(cc);
+    // The workspace comes from the same pool, freed in stream order after the kernels.
+    const size_t ws = fa_bwd_workspace_size(&p);
+    if (ws > 0) {
+      p.workspace = cc.Alloc(ws, "backward workspace");
+      cc.temps.push_back(p.workspace);
+    }
+    st = fa_bwd_cuda(&p, stream);
+  } else if (op == FA_OP_append_kv) {
+    fa_append_kv_params p{};
+    p.batch = c.I(FA_F_batch);
+    p.total_new = c.I(FA_F_total_k);
+    p.heads_k = c.I(FA_F_heads_k);
+    p.head_dim = c.I(FA_F_head_dim);
+    p.page_size = c.I(FA_F_page_size);
+    p.max_pages_per_seq = c.I(FA_F_max_pages);
+    p.num_pages = c.I(FA_F_num_pages);
+    p.dtype = static_cast<fa_dtype>(c.I(FA_F_dtype));
+    p.k_cache = cc.In(FA_S_k_cache, z.cache);
+    p.v_cache = cc.In(FA_S_v_cache, z.cache);
+    p.k = cc.In(FA_S_k, z.kv);
+    p.v = cc.In(FA_S_v, z.kv);
+    idx.Add(cc, FA_S_page_table, z.table, &p.page_table);
+    idx.Add(cc, FA_S_cu_seqlens_new, z.cu, &p.cu_seqlens_new);
+    idx.Add(cc, FA_S_seqlens_before, z.seq, &p.seqlens_before);
+    if (c.Has(FA_S_rotary_cos)) {
+      p.rotary = RotaryOf(c, static_cast<const float*>(cc.In(FA_S_rotary_cos, z.rot)),
+                          static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot)));
+    }
+    idx.Upload(cc);
+    st = fa_append_kv_cuda(&p, stream);
+  } else {
+    throw Internal(env, "unknown op " + std::to_string(op));
+  }
+  if (st != FA_OK) cc.Fail(CoreError(ctx, st));
+  return cc.Result();
+}
+#endif  // FA_WITH_CUDA
+
+}  // namespace
+
+// call(op, params, slots)
+Napi::Value Call_(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber()) throw Internal(env, "op must be a number");
+  const int op = info[0].As<Napi::Number>().Int32Value();
+  if (op < 0 || op >= FA_NUM_OPS) throw Internal(env, "unknown op");
+  Call c = MakeCall(info, 1);
+  if (c.I(FA_F_device) < 0) return CpuCall(info, op, c);
+#ifdef FA_WITH_CUDA
+  return CudaCallOp(info, op, c);
+#else
+  throw Napi::Error::New(env, "flash-attention-node was built without CUDA");
+#endif
+}
+
+// merge(params, outs[], lses[], out|null, lse|null): CPU -> Promise<void> (out, lse given);
+// CUDA -> array of the new output handles.
+Napi::Value Merge(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray()) throw Internal(env, "params must be a Float64Array");
+  Napi::Float64Array pa = info[0].As<Napi::Float64Array>();
+  if (pa.ElementLength() < FA_NUM_FIELDS) throw Internal(env, "params has too few fields");
+  const double* f = pa.Data();
+  if (!info[1].IsArray() || !info[2].IsArray()) throw Internal(env, "outs and lses must be arrays");
+  Napi::Array outs = info[1].As<Napi::Array>(), lses = info[2].As<Napi::Array>();
+  const int n = static_cast<int>(f[FA_F_merge_count]);
+  if (n < 1 || outs.Length() != uint32_t(n) || lses.Length() != uint32_t(n)) throw Internal(env, "merge count");
+  fa_merge_params p{};
+  p.num = n;
+  p.batch = static_cast<int>(f[FA_F_batch]);
+  p.seqlen = static_cast<int>(f[FA_F_seqlen_q]);
+  p.heads = static_cast<int>(f[FA_F_heads]);
+  p.head_dim = static_cast<int>(f[FA_F_head_dim]);
+  p.dtype = static_cast<fa_dtype>(static_cast<int>(f[FA_F_dtype]));
+  p.num_threads = static_cast<int>(f[FA_F_threads]);
+  const size_t rows = size_t(p.batch) * p.seqlen * p.heads;
+  const size_t obytes = rows * p.head_dim * ElemSize(p.dtype), lbytes = rows * 4;
+  const int device = static_cast<int>(f[FA_F_device]);
+  if (device < 0) {
+    auto* w = new CpuWorker(env, "flash-attention-node:cpu");
+    auto ptrs = std::make_shared<std::vector<const void*>>(2 * n);
+    try {
+      auto host = [&](Napi::Value v, size_t bytes, const char* what) -> void* {
+        if (!v.IsTypedArray()) throw Internal(env, std::string(what) + " must be a host typed array");
+        Napi::TypedArray t = v.As<Napi::TypedArray>();
+        if (t.ByteLength() < bytes) throw Internal(env, std::string(what) + " is too short");
+        w->Keep(t);
+        return static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
+      };
+      for (int i = 0; i < n; ++i) {
+        (*ptrs)[i] = host(outs.Get(uint32_t(i)), obytes, "outs[i]");
+        (*ptrs)[n + i] = host(lses.Get(uint32_t(i)), lbytes, "lses[i]");
+      }
+      p.out = host(info[3], obytes, "out");
+      p.lse = static_cast<float*>(host(info[4], lbytes, "lse"));
+    } catch (...) {
+      delete w;
+      throw;
+    }
+    w->run = [p, ptrs, n]() mutable {
+      p.outs = ptrs->data();
+      p.lses = reinterpret_cast<const float* const*>(ptrs->data() + n);
+      return fa_merge_cpu(&p);
+    };
+    Napi::Promise promise = w->Promise();
+    w->Queue();
+    return promise;
+  }
+#ifdef FA_WITH_CUDA
+  DeviceContext* ctx = DeviceContext::Get(env, device);
+  const std::string bad = ctx->Unusable();
+  if (!bad.empty()) throw Napi::Error::New(env, bad);
+  ctx->MakeCurrent();
+  Napi::Array slots = Napi::Array::New(env, 0);
+  Call c{env, f, slots, 0};
+  CudaCall cc{ctx, c, {}, {}, {}};
+  std::vector<const void*> optr(n);
+  std::vector<const float*> lptr(n);
+  auto dev = [&](Napi::Value v, size_t bytes, const char* what) -> void* {
+    DevAlloc* a = DeviceContext::Unwrap(env, v);
+    if (a == nullptr) throw Napi::TypeError::New(env, std::string(what) + " is disposed or not a device tensor");
+    if (a->ctx != ctx || a->bytes < bytes) throw Internal(env, std::string(what) + " device or size");
+    return a->ptr;
+  };
+  for (int i = 0; i < n; ++i) {
+    optr[i] = dev(outs.Get(uint32_t(i)), obytes, "outs[i]");
+    lptr[i] = static_cast<const float*>(dev(lses.Get(uint32_t(i)), lbytes, "lses[i]"));
+  }
+  auto out_or_new = [&](Napi::Value v, size_t bytes, const char* what) -> void* {
+    if (v.IsUndefined() || v.IsNull()) {
+      void* q = cc.Alloc(bytes ? bytes : 1, what);
+      cc.fresh.emplace_back(q, bytes);
+      return q;
+    }
+    return dev(v, bytes, what);
+  };
+  p.out = out_or_new(info[3], obytes, "out");
+  p.lse = static_cast<float*>(out_or_new(info[4], lbytes, "lse"));
+  p.outs = optr.data();
+  p.lses = lptr.data();
+  const fa_status st = fa_merge_cuda(&p, ctx->stream());
+  if (st != FA_OK) cc.Fail(CoreError(ctx, st));
+  return cc.Result();
+#else
+  throw Napi::Error::New(env, "flash-attention-node was built without CUDA");
+#endif
+}
+
+// bench(op, params, slots, warmup, reps) -> Promise<Float64Array>: the CUDA call run `warmup` times,
+// then `reps` times with CUDA events around each (all of its kernels), outputs freed after each
+// run; resolves with the per-run milliseconds. Kernel time, for the benchmark's comparison with the
+// public-API time of the same calls.
+Napi::Value Bench(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+#ifdef FA_WITH_CUDA
+  const int op = info[0].As<Napi::Number>().Int32Value();
+  Call c = MakeCall(info, 1);
+  const int warmup = info[3].As<Napi::Number>().Int32Value();
+  const int reps = std::max(1, info[4].As<Napi::Number>().Int32Value());
+  DeviceContext* ctx = DeviceContext::Get(env, c.I(FA_F_device));
+  auto run_once = [&]() {
+    Napi::Array outs = CudaCallOp(info, op, c).As<Napi::Array>();
+    for (uint32_t i = 0; i < outs.Length(); ++i) DeviceContext::Release(env, DeviceContext::Unwrap(env, outs.Get(i)));
+  };
+  for (int i = 0; i < warmup; ++i) run_once();
+  auto events = std::make_shared<std::vector<cudaEvent_t>>(2 * reps, nullptr);
+  cudaStream_t s = static_cast<cudaStream_t>(ctx->stream());
+  for (auto& e : *events) {
+    if (cudaEventCreate(&e) != cudaSuccess) throw Napi::Error::New(env, ctx->Error(cudaGetLastError(), "bench events"));
+  }
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord((*events)[2 * i], s);
+    run_once();
+    cudaEventRecord((*events)[2 * i + 1], s);
+  }
+  auto deferred = std::make_shared<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(env));
+  ctx->WhenReached("benchmark", [events, deferred, reps](Napi::Env e2, const std::string& err) {
+    std::vector<double> ms(reps);
+    for (int i = 0; i < reps; ++i) {
+      float t = 0;
+      cudaEventElapsedTime(&t, (*events)[2 * i], (*events)[2 * i + 1]);
+      ms[i] = t;
+    }
+    for (auto ev : *events) cudaEventDestroy(ev);
+    if (!err.empty()) return deferred->Reject(Napi::Error::New(e2, err).Value());
+    Napi::Float64Array arr = Napi::Float64Array::New(e2, reps);
+    for (int i = 0; i < reps; ++i) arr[i] = ms[i];
+    deferred->Resolve(arr);
+  }, env);
+  return deferred->Promise();
+#else
+  throw Napi::Error::New(env, "flash-attention-node was built without CUDA");
+#endif
+}
+
+Napi::Value Layout(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  Napi::Array fields = Napi::Array::New(env), slots = Napi::Array::New(env), ops = Napi::Array::New(env);
+  uint32_t i = 0;
+#define FA_X(name) fields.Set(i++, #name);
+  FA_FIELDS(FA_X)
+#undef FA_X
+  i = 0;
+#define FA_X(name) slots.Set(i++, #name);
+  FA_SLOTS(FA_X)
+#undef FA_X
+  i = 0;
+#define FA_X(name) ops.Set(i++, #name);
+  FA_OPS(FA_X)
+#undef FA_X
+  o.Set("fields", fields);
+  o.Set("slots", slots);
+  o.Set("ops", ops);
+  return o;
+}
+
+}  // namespace fab
