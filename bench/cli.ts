@@ -1,20 +1,37 @@
 #!/usr/bin/env node
-// `npm run bench`: times our CUDA kernels on PERF.md's grid with CUDA events (warm-up, median of
-// many launches, random normal inputs), optionally next to PyTorch SDPA in the same run, and writes
-// a table, JSON and an SVG chart.
+// `npm run bench`: times the library on PERF.md's grid, next to PyTorch SDPA in the same run, and
+// writes a table, JSON and an SVG chart. Two figures per cell:
+//   kernel  CUDA events around each call of the core entry point (all of its kernels), warm-up,
+//           median of --reps launches
+//   api     what a user gets: back-to-back public-API calls on device tensors, each awaited, outputs
+//           disposed as they go, closed by synchronize(); wall time / calls (median of 3 rounds of
+//           at least --api-ms milliseconds each)
+// The torch comparison uses the api figure.
 //
 //   npm run bench -- [--dtype fp16,bf16] [--hdim 64,128,256] [--causal both|on|off]
 //                    [--seqlen 512,1024,...] [--dir fwd,bwd] [--compare torch] [--reps 30]
-//                    [--warmup 5] [--out bench/out] [--fp32] [--overhead] [--quick] [--deterministic]
+//                    [--warmup 5] [--api-ms 150] [--out bench/out] [--fp32] [--overhead] [--quick]
+//                    [--deterministic] [--decode] [--varlen] [--serve] [--grid off]
+//   --decode   paged decode bandwidth (GQA 32/8, D 128, fp16, page 16 shuffled and page 1; B 1/16/64
+//              x 4k/16k/64k cached tokens) next to torch cuDNN / flash SDPA on contiguous K/V
+//   --varlen   packed prefill (lengths 100..8k, 16k tokens, causal, D 128) against the dense kernel
+//              at equal work, and the same through a paged cache (pagedAttention)
+//   --serve    a serving loop: 64 sequences of random lengths, each step appends one token per
+//              sequence and runs pagedAttention for 32 layers; finished sequences free their pages
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { benchmarkBackward, benchmarkForward } from '../lib/attention';
-import { attentionFlops, buildInfo, devices, flashAttention, Tensor, type DType } from '../lib/index';
+import {
+  Tensor, appendKV, attentionFlops, buildInfo, devices, flashAttention, flashAttentionBackward, flashAttentionVarlen,
+  pagedAttention, synchronize, type DType,
+} from '../lib/index';
+import { native } from '../lib/native';
 import { randn } from '../lib/random';
+import { DTYPE_CODE } from '../lib/tensor';
 
-interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean }
+interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean; Nq?: number }
 interface Row { case: Case; dir: 'fwd' | 'bwd'; impl: string; ms: number; tflops: number; note?: string }
 
 const DT: Record<string, DType> = { fp16: 'float16', float16: 'float16', bf16: 'bfloat16', bfloat16: 'bfloat16', fp32: 'float32', float32: 'float32' };
@@ -50,25 +67,57 @@ function grid(args: Record<string, string | boolean>): Case[] {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const key = (c: Case) => `${c.dtype} D${c.D} ${c.causal ? 'causal' : 'full'} N${c.N}`;
 
-async function timeOurs(c: Case, dirs: string[], pool: Map<number, Float32Array>, warmup: number, reps: number,
-  deterministic = false): Promise<{ fwd?: number; bwd?: number }> {
-  const get = (n: number, seed: number) => {
-    const k = n * 10 + seed;
-    if (!pool.has(k)) pool.set(k, randn(n, seed));
-    return pool.get(k)!;
-  };
-  const qn = c.B * c.N * c.H * c.D, kn = c.B * c.N * c.Hkv * c.D;
-  const host = [get(qn, 1), get(kn, 2), get(kn, 3), get(qn, 4)].map((a, i) =>
-    Tensor.from(a, [c.B, c.N, i === 1 || i === 2 ? c.Hkv : c.H, c.D], { dtype: c.dtype }));
-  const [q, k, v, dout] = await Promise.all(host.map((t) => t.to('cuda')));
-  host.forEach((t) => t.dispose());
-  const r: { fwd?: number; bwd?: number } = {};
+/** A device tensor of approximately standard-normal values generated on the GPU. */
+async function randomDevice(shape: number[], dtype: DType, seed: number): Promise<Tensor> {
+  const t = await Tensor.empty(shape, { dtype, device: 'cuda' });
+  const s = t.storage('bench', 'tensor');
+  if (s.kind === 'device') native.fillRandom(s.handle, DTYPE_CODE[dtype], seed);
+  return t;
+}
+
+/**
+ * Public-API time of back-to-back calls: `call` run repeatedly (each awaited, its outputs disposed),
+ * closed by synchronize(); ms per call, median of 3 rounds of at least minMs each.
+ */
+async function apiTime(call: () => Promise<void>, minMs: number, guessMs: number): Promise<number> {
+  for (let i = 0; i < 3; i++) await call();
+  await synchronize();
+  const n = Math.max(10, Math.ceil(minMs / Math.max(guessMs, 1e-3)));
+  const rounds: number[] = [];
+  for (let r = 0; r < 3; r++) {
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) await call();
+    await synchronize();
+    rounds.push((performance.now() - t0) / n);
+  }
+  return median(rounds);
+}
+
+async function timeOurs(c: Case, dirs: string[], warmup: number, reps: number, apiMs: number, deterministic = false) {
+  const q = await randomDevice([c.B, c.N, c.H, c.D], c.dtype, 1);
+  const k = await randomDevice([c.B, c.N, c.Hkv, c.D], c.dtype, 2);
+  const v = await randomDevice([c.B, c.N, c.Hkv, c.D], c.dtype, 3);
+  const dout = await randomDevice([c.B, c.N, c.H, c.D], c.dtype, 4);
+  const r: { fwd?: number; bwd?: number; fwdApi?: number; bwdApi?: number } = {};
   try {
-    if (dirs.includes('fwd')) r.fwd = median(await benchmarkForward(q, k, v, { causal: c.causal }, warmup, reps));
+    if (dirs.includes('fwd')) {
+      r.fwd = median(await benchmarkForward(q, k, v, { causal: c.causal }, warmup, reps));
+      r.fwdApi = await apiTime(async () => {
+        const o = await flashAttention(q, k, v, { causal: c.causal });
+        o.out.dispose();
+        o.lse.dispose();
+      }, apiMs, r.fwd);
+    }
     if (dirs.includes('bwd')) {
       const { out, lse } = await flashAttention(q, k, v, { causal: c.causal });
       try {
         r.bwd = median(await benchmarkBackward(dout, q, k, v, out, lse, { causal: c.causal, deterministic }, warmup, reps));
+        r.bwdApi = await apiTime(async () => {
+          const g = await flashAttentionBackward(dout, q, k, v, out, lse, { causal: c.causal, deterministic });
+          g.dq.dispose();
+          g.dk.dispose();
+          g.dv.dispose();
+        }, apiMs, r.bwd);
       } finally {
         out.dispose(); lse.dispose();
       }
@@ -79,7 +128,10 @@ async function timeOurs(c: Case, dirs: string[], pool: Map<number, Float32Array>
   }
 }
 
-function runTorch(cases: Case[], dirs: string[], backends: string[], warmup: number, reps: number) {
+type TorchResult = { torch: string; cudnn: number; gpu: string;
+  cases: Array<{ case: Case; results: Array<{ backend: string; fwd_ms?: number; bwd_ms?: number; error?: string }> }> };
+
+function runTorch(cases: Case[], dirs: string[], backends: string[], warmup: number, reps: number): TorchResult | null {
   const req = { warmup, reps, cases: cases.map((c) => ({ ...c, dirs, backends })) };
   const r = spawnSync('python3', [path.join(__dirname, '..', '..', 'bench', 'torch_sdpa.py')], {
     input: JSON.stringify(req), encoding: 'utf8', stdio: ['pipe', 'pipe', 'inherit'], maxBuffer: 1 << 26,
@@ -88,14 +140,13 @@ function runTorch(cases: Case[], dirs: string[], backends: string[], warmup: num
     console.error(`bench: torch comparison failed (exit ${r.status}); is python3 with PyTorch installed?`);
     return null;
   }
-  return JSON.parse(r.stdout) as { torch: string; cudnn: number; gpu: string;
-    cases: Array<{ case: Case; results: Array<{ backend: string; fwd_ms?: number; bwd_ms?: number; error?: string }> }> };
+  return JSON.parse(r.stdout) as TorchResult;
 }
 
 function svgChart(rows: Row[], file: string) {
   const panels = [...new Set(rows.map((r) => `${r.dir} ${r.case.dtype} D${r.case.D} ${r.case.causal ? 'causal' : 'non-causal'}`))];
   const impls = [...new Set(rows.map((r) => r.impl))];
-  const colors = ['#d62728', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b'];
+  const colors = ['#d62728', '#ff9896', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b'];
   const W = 300, Hh = 200, cols = Math.min(4, panels.length), pad = 40;
   const rowsN = Math.ceil(panels.length / cols);
   const maxY = Math.max(...rows.map((r) => r.tflops)) * 1.1 || 1;
@@ -126,21 +177,212 @@ function svgChart(rows: Row[], file: string) {
 }
 
 async function overhead(): Promise<string> {
-  // Per-call cost from JS on tiny device-resident inputs: the GPU work is negligible, so the time
-  // is the binding, the queue hand-offs and the Promise.
-  const mk = async (seed: number) => Tensor.from(randn(1 * 16 * 1 * 64, seed), [1, 16, 1, 64], { dtype: 'float16' }).to('cuda');
-  const [q, k, v] = await Promise.all([mk(1), mk(2), mk(3)]);
-  for (let i = 0; i < 50; i++) { const r = await flashAttention(q, k, v); r.out.dispose(); r.lse.dispose(); }
-  const n = 500;
-  let t0 = performance.now();
-  for (let i = 0; i < n; i++) { const r = await flashAttention(q, k, v); r.out.dispose(); r.lse.dispose(); }
-  const seq = ((performance.now() - t0) / n) * 1000;
-  t0 = performance.now();
-  const rs = await Promise.all(Array.from({ length: n }, () => flashAttention(q, k, v)));
-  const pipe = ((performance.now() - t0) / n) * 1000;
-  rs.forEach((r) => { r.out.dispose(); r.lse.dispose(); });
+  // Per-call cost from JS on tiny device-resident inputs ([1, 128, 4, 64] fp16): the GPU work is a
+  // few microseconds, so back-to-back the time is the library's own per-call cost.
+  const q = await randomDevice([1, 128, 4, 64], 'float16', 11);
+  const k = await randomDevice([1, 128, 4, 64], 'float16', 12);
+  const v = await randomDevice([1, 128, 4, 64], 'float16', 13);
+  const call = async () => { const r = await flashAttention(q, k, v); r.out.dispose(); r.lse.dispose(); };
+  const perCall = await apiTime(call, 200, 0.005);
+  // One call plus reading its (small) lse back, each iteration waiting for the read.
+  const rt = async () => { const r = await flashAttention(q, k, v); await r.lse.toTypedArray(); r.out.dispose(); r.lse.dispose(); };
+  for (let i = 0; i < 50; i++) await rt();
+  const rounds: number[] = [];
+  for (let r = 0; r < 3; r++) {
+    const n = 2000;
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) await rt();
+    rounds.push((performance.now() - t0) / n);
+  }
+  const round = median(rounds);
   [q, k, v].forEach((t) => t.dispose());
-  return `JS-call overhead (B1 N16 H1 D64 fp16, device-resident): ${seq.toFixed(1)} us per awaited call, ${pipe.toFixed(1)} us per call when ${n} are in flight`;
+  return `Per-call cost ([1, 128, 4, 64] fp16, device-resident): ${(perCall * 1000).toFixed(1)} us per call back-to-back ` +
+    `(closed by synchronize()); ${(round * 1000).toFixed(1)} us for a call plus reading its lse back`;
+}
+
+// ---- decode ------------------------------------------------------------------------------------
+
+interface DecodeCell { B: number; N: number; page: number }
+interface DecodeRow { cell: DecodeCell; impl: string; us: number; tbps: number }
+
+/** A shuffled page table for B sequences of N tokens each, pages of `page` tokens. */
+function pageTable(B: number, N: number, page: number, seed: number): { table: Int32Array; pages: number; maxPages: number } {
+  const maxPages = Math.ceil(N / page);
+  const pages = B * maxPages;
+  const perm = new Int32Array(pages);
+  for (let i = 0; i < pages; i++) perm[i] = i;
+  let s = seed >>> 0;
+  for (let i = pages - 1; i > 0; i--) {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    const j = s % (i + 1);
+    const t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+  }
+  return { table: perm, pages, maxPages };
+}
+
+async function decodeBench(apiMs: number, warmup: number, reps: number, compare: boolean): Promise<DecodeRow[]> {
+  const H = 32, Hkv = 8, D = 128;
+  const cells: DecodeCell[] = [];
+  for (const B of [1, 16, 64]) for (const N of [4096, 16384, 65536]) if (B * N <= 1 << 20) cells.push({ B, N, page: 16 });
+  for (const B of [1, 16, 64]) cells.push({ B, N: 16384, page: 1 });
+  const rows: DecodeRow[] = [];
+  for (const cell of cells) {
+    const { B, N, page } = cell;
+    const { table, pages, maxPages } = pageTable(B, N, page, B * 31 + N);
+    const kc = await randomDevice([pages, page, Hkv, D], 'float16', 21);
+    const vc = await randomDevice([pages, page, Hkv, D], 'float16', 22);
+    const q = await randomDevice([B, H, D], 'float16', 23);
+    const cu = Int32Array.from({ length: B + 1 }, (_, i) => i);
+    const idx = {
+      pageTable: await Tensor.from(table, [B, maxPages]).to('cuda'),
+      seqlensK: await Tensor.from(new Int32Array(B).fill(N), [B]).to('cuda'),
+      cuSeqlensQ: await Tensor.from(cu, [B + 1]).to('cuda'),
+    };
+    const opts = { ...idx, maxSeqlenQ: 1, maxSeqlenK: N, causal: true };
+    const bytes = 2 * B * N * Hkv * D * 2;
+    const ms = await apiTime(async () => { const r = await pagedAttention(q, kc, vc, opts); r.out.dispose(); r.lse.dispose(); }, apiMs, 0.02);
+    rows.push({ cell, impl: 'ours', us: ms * 1000, tbps: bytes / (ms / 1000) / 1e12 });
+    process.stderr.write(`\rbench decode: B${B} N${N} page ${page}: ${(bytes / (ms / 1000) / 1e12).toFixed(2)} TB/s      `);
+    [kc, vc, q, idx.pageTable, idx.seqlensK, idx.cuSeqlensQ].forEach((t) => t.dispose());
+  }
+  process.stderr.write('\n');
+  if (compare) {
+    const cases: Case[] = cells.filter((c) => c.page === 16).map((c) => ({ B: c.B, H, Hkv, N: c.N, Nq: 1, D, dtype: 'float16', causal: false }));
+    const res = runTorch(cases, ['fwd'], ['cudnn', 'flash'], warmup, reps);
+    for (const r of res?.cases ?? []) {
+      for (const b of r.results) {
+        if (b.fwd_ms === undefined) continue;
+        const cell = { B: r.case.B, N: r.case.N, page: 0 };
+        const bytes = 2 * cell.B * cell.N * Hkv * D * 2;
+        rows.push({ cell, impl: `torch ${b.backend}`, us: b.fwd_ms * 1000, tbps: bytes / (b.fwd_ms / 1000) / 1e12 });
+      }
+    }
+  }
+  return rows;
+}
+
+// ---- varlen / paged prefill ---------------------------------------------------------------------
+
+async function varlenBench(apiMs: number): Promise<string[]> {
+  const H = 16, D = 128;
+  // Mixed lengths 100..8k, 16k tokens in all.
+  const lens = [8192, 3000, 1800, 1200, 700, 500, 300, 200, 150, 100, 242];
+  const total = lens.reduce((a, b) => a + b, 0);
+  const cu = Int32Array.from({ length: lens.length + 1 }, (_, i) => lens.slice(0, i).reduce((a, b) => a + b, 0));
+  const flops = lens.reduce((a, n) => a + attentionFlops(1, H, n, n, D, true), 0);
+  const q = await randomDevice([total, H, D], 'float16', 31);
+  const k = await randomDevice([total, H, D], 'float16', 32);
+  const v = await randomDevice([total, H, D], 'float16', 33);
+  const cuT = await Tensor.from(cu, [cu.length]).to('cuda');
+  const maxL = Math.max(...lens);
+  const varlenMs = await apiTime(async () => {
+    const r = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cuT, cuSeqlensK: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
+    r.out.dispose(); r.lse.dispose();
+  }, apiMs, 1);
+  // Dense at equal work: each sequence as its own dense call, back to back.
+  const dense = await Promise.all(lens.map(async (n, i) => ({
+    q: await randomDevice([1, n, H, D], 'float16', 40 + i), k: await randomDevice([1, n, H, D], 'float16', 60 + i),
+    v: await randomDevice([1, n, H, D], 'float16', 80 + i),
+  })));
+  const denseMs = await apiTime(async () => {
+    for (const t of dense) { const r = await flashAttention(t.q, t.k, t.v, { causal: true }); r.out.dispose(); r.lse.dispose(); }
+  }, apiMs, 1);
+  // Dense on one long sequence of the same total work (B = 1, N with N^2 = sum n^2).
+  const Neq = Math.round(Math.sqrt(lens.reduce((a, n) => a + n * n, 0)) / 64) * 64;
+  const dq = await randomDevice([1, Neq, H, D], 'float16', 90);
+  const singleMs = await apiTime(async () => { const r = await flashAttention(dq, dq, dq, { causal: true }); r.out.dispose(); r.lse.dispose(); }, apiMs, 1);
+  const singleFlops = attentionFlops(1, H, Neq, Neq, D, true);
+  // Paged prefill: the same sequences in a page-16 cache, queried whole.
+  const page = 16;
+  const maxPages = Math.ceil(maxL / page);
+  const { table: perm, pages } = pageTable(lens.length, maxL, page, 7);
+  const kc = await randomDevice([pages, page, H, D], 'float16', 34);
+  const vc = await randomDevice([pages, page, H, D], 'float16', 35);
+  const pt = await Tensor.from(perm, [lens.length, maxPages]).to('cuda');
+  const sk = await Tensor.from(Int32Array.from(lens), [lens.length]).to('cuda');
+  const pagedMs = await apiTime(async () => {
+    const r = await pagedAttention(q, kc, vc, { pageTable: pt, seqlensK: sk, cuSeqlensQ: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
+    r.out.dispose(); r.lse.dispose();
+  }, apiMs, 1);
+  const tf = (f: number, ms: number) => f / ms / 1e9;
+  const lines = [
+    `Packed prefill, fp16 D128 H16 causal, lengths [${lens.join(', ')}] (${total} tokens), public-API time:`,
+    `  flashAttentionVarlen: ${varlenMs.toFixed(3)} ms, ${tf(flops, varlenMs).toFixed(1)} TFLOP/s`,
+    `  dense, one call per sequence: ${denseMs.toFixed(3)} ms, ${tf(flops, denseMs).toFixed(1)} TFLOP/s (varlen / dense ${(denseMs / varlenMs).toFixed(2)}x)`,
+    `  dense, one sequence of equal work (N ${Neq}): ${tf(singleFlops, singleMs).toFixed(1)} TFLOP/s (varlen / dense ${(tf(flops, varlenMs) / tf(singleFlops, singleMs)).toFixed(2)}x)`,
+    `  pagedAttention (page 16, shuffled): ${pagedMs.toFixed(3)} ms, ${tf(flops, pagedMs).toFixed(1)} TFLOP/s (paged / dense equal work ${(tf(flops, pagedMs) / tf(singleFlops, singleMs)).toFixed(2)}x)`,
+  ];
+  [q, k, v, cuT, dq, kc, vc, pt, sk].forEach((t) => t.dispose());
+  dense.forEach((t) => { t.q.dispose(); t.k.dispose(); t.v.dispose(); });
+  return lines;
+}
+
+// ---- serving loop -----------------------------------------------------------------------------------
+
+async function serveBench(): Promise<string[]> {
+  const layers = 32, seqs = 64, H = 32, Hkv = 8, D = 128, page = 16;
+  const maxLen = 4096;
+  const pagesPerLayer = Math.ceil((seqs * maxLen) / page) + seqs;
+  let seed = 12345;
+  const rnd = () => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; return seed / 2 ** 32; };
+  const kc: Tensor[] = [], vc: Tensor[] = [];
+  for (let l = 0; l < layers; l++) {
+    kc.push(await randomDevice([pagesPerLayer, page, Hkv, D], 'float16', 100 + l));
+    vc.push(await randomDevice([pagesPerLayer, page, Hkv, D], 'float16', 200 + l));
+  }
+  const free: number[] = [];
+  for (let p = pagesPerLayer - 1; p >= 0; p--) free.push(p);
+  const maxPages = Math.ceil(maxLen / page) + 1;
+  interface Seq { len: number; target: number; pages: number[] }
+  const start = (): Seq => ({ len: 0, target: 256 + Math.floor(rnd() * (maxLen - 512)), pages: [] });
+  const active: Seq[] = Array.from({ length: seqs }, start);
+  // Prefill each sequence's context to a random start length (pages assigned, contents random).
+  for (const s of active) {
+    s.len = Math.floor(rnd() * s.target);
+    while (s.pages.length * page < s.len) s.pages.push(free.pop()!);
+  }
+  const q = await randomDevice([seqs, H, D], 'float16', 7);
+  const kn = await randomDevice([seqs, Hkv, D], 'float16', 8);
+  const vn = await randomDevice([seqs, Hkv, D], 'float16', 9);
+  const cu = Tensor.from(Int32Array.from({ length: seqs + 1 }, (_, i) => i), [seqs + 1]);
+  const cuD = await cu.to('cuda');
+  const step = async () => {
+    const table = new Int32Array(seqs * maxPages);
+    const before = new Int32Array(seqs), after = new Int32Array(seqs);
+    active.forEach((s, b) => {
+      if (s.len >= s.target) {  // finished: free its pages, start a new one
+        for (const p of s.pages) free.push(p);
+        active[b] = start();
+      }
+      const t = active[b];
+      if (t.pages.length * page < t.len + 1) t.pages.push(free.pop()!);
+      t.pages.forEach((p, j) => { table[b * maxPages + j] = p; });
+      before[b] = t.len;
+      after[b] = t.len + 1;
+      t.len += 1;
+    });
+    // Index arrays uploaded once per step, shared by the 32 layers.
+    const [tD, bD, aD] = await Promise.all([Tensor.from(table, [seqs, maxPages]).to('cuda'), Tensor.from(before, [seqs]).to('cuda'),
+      Tensor.from(after, [seqs]).to('cuda')]);
+    const maxK = Math.max(...after);
+    for (let l = 0; l < layers; l++) {
+      await appendKV(kc[l], vc[l], kn, vn, { pageTable: tD, cuSeqlensNew: cuD, seqlensBefore: bD });
+      const r = await pagedAttention(q, kc[l], vc[l], { pageTable: tD, seqlensK: aD, cuSeqlensQ: cuD, maxSeqlenQ: 1, maxSeqlenK: maxK });
+      r.out.dispose(); r.lse.dispose();
+    }
+    tD.dispose(); bD.dispose(); aD.dispose();
+  };
+  for (let i = 0; i < 8; i++) await step();
+  await synchronize();
+  const steps = 64;
+  const t0 = performance.now();
+  for (let i = 0; i < steps; i++) await step();
+  await synchronize();
+  const ms = (performance.now() - t0) / steps;
+  const avgCtx = active.reduce((a, s) => a + s.len, 0) / seqs;
+  [...kc, ...vc, q, kn, vn, cu, cuD].forEach((t) => t.dispose());
+  return [`Serving loop (64 sequences, 32 layers, GQA 32/8 D128 fp16, page 16; mean context ${avgCtx.toFixed(0)} tokens): ` +
+    `${((ms * 1000) / layers).toFixed(1)} us per layer-step (appendKV + pagedAttention), ${(seqs / (ms / 1000)).toFixed(0)} tokens/s`];
 }
 
 async function main() {
@@ -150,30 +392,31 @@ async function main() {
     console.error(`bench: no CUDA device (buildInfo: ${JSON.stringify(buildInfo())}); the benchmark needs a GPU`);
     process.exit(2);
   }
-  const warmup = Number(args.warmup ?? 5), reps = Number(args.reps ?? 30);
+  const warmup = Number(args.warmup ?? 5), reps = Number(args.reps ?? 30), apiMs = Number(args['api-ms'] ?? 150);
   const dirs = list(args.dir, 'fwd').filter((d) => d === 'fwd' || d === 'bwd');
   const outDir = String(args.out ?? path.join('bench', 'out'));
   fs.mkdirSync(outDir, { recursive: true });
-  const cases = grid(args);
-  if (args.fp32) {
+  const cases = args.grid === 'off' ? [] : grid(args);
+  if (args.fp32 && args.grid !== 'off') {
     for (const N of args.quick ? [1024] : [1024, 4096]) for (const causal of [false, true]) {
       cases.push({ B: 16384 / N, H: 16, Hkv: 16, N, D: 64, dtype: 'float32', causal });
     }
   }
   const rows: Row[] = [];
-  const pool = new Map<number, Float32Array>();
   let done = 0;
   for (const c of cases) {
     process.stderr.write(`\rbench: ${++done}/${cases.length} ${key(c)}        `);
     const f = attentionFlops(c.B, c.H, c.N, c.N, c.D, c.causal);
     try {
-      const t = await timeOurs(c, dirs, pool, warmup, reps);
-      if (t.fwd !== undefined) rows.push({ case: c, dir: 'fwd', impl: 'ours', ms: t.fwd, tflops: f / t.fwd / 1e9 });
-      if (t.bwd !== undefined) rows.push({ case: c, dir: 'bwd', impl: 'ours', ms: t.bwd, tflops: 2.5 * f / t.bwd / 1e9 });
+      const t = await timeOurs(c, dirs, warmup, reps, apiMs);
+      if (t.fwd !== undefined) rows.push({ case: c, dir: 'fwd', impl: 'ours kernel', ms: t.fwd, tflops: f / t.fwd / 1e9 });
+      if (t.fwdApi !== undefined) rows.push({ case: c, dir: 'fwd', impl: 'ours', ms: t.fwdApi, tflops: f / t.fwdApi / 1e9 });
+      if (t.bwd !== undefined) rows.push({ case: c, dir: 'bwd', impl: 'ours kernel', ms: t.bwd, tflops: 2.5 * f / t.bwd / 1e9 });
+      if (t.bwdApi !== undefined) rows.push({ case: c, dir: 'bwd', impl: 'ours', ms: t.bwdApi, tflops: 2.5 * f / t.bwdApi / 1e9 });
       // Deterministic-mode cost: measured on the D = 128 cells only (keeps the run short).
       if (args.deterministic && dirs.includes('bwd') && c.D === 128) {
-        const d = await timeOurs(c, ['bwd'], pool, warmup, reps, true);
-        rows.push({ case: c, dir: 'bwd', impl: 'ours deterministic', ms: d.bwd!, tflops: 2.5 * f / d.bwd! / 1e9 });
+        const d = await timeOurs(c, ['bwd'], warmup, reps, apiMs, true);
+        rows.push({ case: c, dir: 'bwd', impl: 'ours deterministic', ms: d.bwdApi!, tflops: 2.5 * f / d.bwdApi! / 1e9 });
       }
     } catch (e) {
       console.error(`\nbench: ${key(c)}: ${(e as Error).message}`);
@@ -181,7 +424,7 @@ async function main() {
   }
   process.stderr.write('\n');
   let torchInfo = '';
-  if (args.compare === 'torch') {
+  if (args.compare === 'torch' && cases.length) {
     const lowp = cases.filter((c) => c.dtype !== 'float32');
     const fp32 = cases.filter((c) => c.dtype === 'float32');
     const res = [
@@ -198,35 +441,52 @@ async function main() {
         }
       }
     }
+  }
+  if (args.compare === 'torch') {
     const probe = spawnSync('python3', ['-c', 'import torch;print(torch.__version__, torch.backends.cudnn.version())'], { encoding: 'utf8' });
     torchInfo = probe.status === 0 ? `torch ${probe.stdout.trim()}` : '';
   }
-  // Table: one line per case and direction, our TFLOP/s and the ratio to each peer.
-  const impls = [...new Set(rows.map((r) => r.impl))];
-  const peers = impls.filter((i) => i !== 'ours');
+  // Table: one line per case and direction: our public-API TFLOP/s, our kernel TFLOP/s, api/kernel
+  // time, and the ratio (public-API) to each peer.
+  const peers = [...new Set(rows.map((r) => r.impl))].filter((i) => i !== 'ours' && i !== 'ours kernel');
   const lines: string[] = [];
-  lines.push(`| case | dir | ours TFLOP/s | ${peers.map((p) => `${p} TFLOP/s | ours / ${p}`).join(' | ')} |`);
-  lines.push('|' + ' --- |'.repeat(3 + 2 * peers.length));
+  lines.push(`| case | dir | ours (API) TFLOP/s | ours kernel TFLOP/s | API time / kernel time | ${peers.map((p) => `${p} TFLOP/s | ours / ${p}`).join(' | ')} |`);
+  lines.push('|' + ' --- |'.repeat(5 + 2 * peers.length));
   for (const c of cases) {
     for (const dir of dirs) {
       const ours = rows.find((r) => r.case === c && r.dir === dir && r.impl === 'ours');
-      if (!ours) continue;
+      const kern = rows.find((r) => r.case === c && r.dir === dir && r.impl === 'ours kernel');
+      if (!ours || !kern) continue;
       const cells = peers.map((p) => {
         const r = rows.find((x) => key(x.case) === key(c) && x.dir === dir && x.impl === p);
         return r ? `${r.tflops.toFixed(1)} | ${(ours.tflops / r.tflops).toFixed(2)}x` : '- | -';
       });
-      lines.push(`| ${key(c)} B${c.B} H${c.H} | ${dir} | ${ours.tflops.toFixed(1)} | ${cells.join(' | ')} |`);
+      lines.push(`| ${key(c)} B${c.B} H${c.H} | ${dir} | ${ours.tflops.toFixed(1)} | ${kern.tflops.toFixed(1)} | ${(ours.ms / kern.ms).toFixed(3)} | ${cells.join(' | ')} |`);
     }
   }
   const header = `GPU: ${gpus[0].name}; flash-attention-node ${buildInfo().version}; ${torchInfo}; ` +
-    `${new Date().toISOString().slice(0, 10)}; warmup ${warmup}, median of ${reps}`;
+    `${new Date().toISOString().slice(0, 10)}; warmup ${warmup}, kernel: median of ${reps}; API: median of 3 rounds >= ${apiMs} ms`;
   console.log(header);
-  console.log(lines.join('\n'));
-  if (args.overhead) console.log(await overhead());
-  fs.writeFileSync(path.join(outDir, 'results.json'), JSON.stringify({ header, rows }, null, 1));
-  fs.writeFileSync(path.join(outDir, 'table.md'), header + '\n\n' + lines.join('\n') + '\n');
-  svgChart(rows, path.join(outDir, 'chart.svg'));
-  console.log(`bench: wrote ${outDir}/results.json, table.md, chart.svg`);
+  if (cases.length) console.log(lines.join('\n'));
+  const extra: string[] = [];
+  if (args.overhead) extra.push(await overhead());
+  let decodeRows: DecodeRow[] = [];
+  if (args.decode) {
+    decodeRows = await decodeBench(apiMs, warmup, reps, args.compare === 'torch');
+    extra.push('', '| decode cell | impl | us | K/V TB/s | ours / torch cudnn |', '| --- | --- | --- | --- | --- |');
+    for (const r of decodeRows) {
+      const peer = decodeRows.find((x) => x.impl === 'torch cudnn' && x.cell.B === r.cell.B && x.cell.N === r.cell.N);
+      const ratio = r.impl === 'ours' && peer ? `${(r.tbps / peer.tbps).toFixed(2)}x` : '';
+      extra.push(`| B${r.cell.B} N${r.cell.N}${r.cell.page ? ` page ${r.cell.page}` : ''} | ${r.impl} | ${r.us.toFixed(1)} | ${r.tbps.toFixed(2)} | ${ratio} |`);
+    }
+  }
+  if (args.varlen) extra.push('', ...(await varlenBench(apiMs)));
+  if (args.serve) extra.push('', ...(await serveBench()));
+  for (const l of extra) console.log(l);
+  fs.writeFileSync(path.join(outDir, 'results.json'), JSON.stringify({ header, rows, decode: decodeRows, extra }, null, 1));
+  fs.writeFileSync(path.join(outDir, 'table.md'), header + '\n\n' + lines.join('\n') + '\n' + extra.join('\n') + '\n');
+  if (rows.length) svgChart(rows.filter((r) => r.impl !== 'ours kernel'), path.join(outDir, 'chart.svg'));
+  console.log(`bench: wrote ${outDir}/results.json, table.md${rows.length ? ', chart.svg' : ''}`);
 }
 
 main().catch((e) => { console.error(e); process.exitCode = 1; });

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch SDPA timings for `npm run bench -- --compare torch`.
 
-Reads a JSON list of cases on stdin ({B, H, Hkv, N, D, dtype, causal, dirs}) and prints a JSON list
+Reads a JSON list of cases on stdin ({B, H, Hkv, N, D, dtype, causal, dirs, Nq?}) and prints a JSON list
 of results: for each case and each backend (flash, cudnn, efficient, math where asked) the median
 forward time and, where asked, the backward time measured as (forward + backward) - forward, the
 way PERF.md says. CUDA events, warm-up, median, random normal inputs.
@@ -40,11 +40,12 @@ def median_ms(fn, warmup, reps):
 def run_case(c, warmup, reps):
     dt = DTYPES[c["dtype"]]
     B, H, Hkv, N, D = c["B"], c["H"], c["Hkv"], c["N"], c["D"]
+    Nq = c.get("Nq") or N  # decode cells: one query against N keys
     # SDPA wants [B, H, N, D]; GQA via enable_gqa.
-    q = torch.randn(B, H, N, D, device="cuda", dtype=dt, requires_grad=True)
+    q = torch.randn(B, H, Nq, D, device="cuda", dtype=dt, requires_grad=True)
     k = torch.randn(B, Hkv, N, D, device="cuda", dtype=dt, requires_grad=True)
     v = torch.randn(B, Hkv, N, D, device="cuda", dtype=dt, requires_grad=True)
-    do = torch.randn(B, H, N, D, device="cuda", dtype=dt)
+    do = torch.randn(B, H, Nq, D, device="cuda", dtype=dt)
     out = []
     for be in c["backends"]:
         r = {"backend": be}

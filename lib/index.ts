@@ -7,6 +7,10 @@ export {
   flashAttention, flashAttentionBackward, attentionFlops,
   type AttentionOptions, type BackwardOptions, type MaskOptions, type AttentionResult, type BackwardResult,
 } from './attention';
+export {
+  flashAttentionVarlen, flashAttentionVarlenBackward, appendKV, pagedAttention, mergeAttention,
+  type IndexArray, type Rotary, type VarlenOptions, type VarlenBackwardOptions, type PagedOptions, type AppendKVOptions,
+} from './inference';
 
 export interface DeviceInfo {
   index: number;

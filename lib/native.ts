@@ -31,6 +31,7 @@ interface RawBinding {
   emptyCache(device: number): Promise<void>;
   resetPeakMemoryStats(device: number): void;
   debugFault(device: number): void;
+  fillRandom(h: Handle, dtype: number, seed: number): void;
   convertFromF32(src: Float32Array, dst: Uint16Array, dtype: number): void;
   convertToF32(src: Uint16Array, dst: Float32Array, dtype: number): void;
   devices(): Array<{ index: number; name: string; computeCapability: string; totalMemory: number;

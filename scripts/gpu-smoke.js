@@ -1,9 +1,16 @@
 #!/usr/bin/env node
-// Small GPU workload for compute-sanitizer runs (memcheck, racecheck): forward and backward on a few
-// small shapes covering every dtype, causal with Nq != Nk, GQA, odd lengths, both layouts and a
-// head dim that rounds up to a wider tile. Prints one line per case; exits 1 on any failure.
+// Small GPU workload for compute-sanitizer runs (memcheck, racecheck): many calls queued back to
+// back with inputs disposed while the work that reads them is still queued, covering every dtype,
+// causal with Nq != Nk, sliding windows and softcap, GQA, odd lengths, both layouts, a head dim that
+// rounds up to a wider tile, forward and backward (atomic and deterministic), packed (varlen)
+// forward and backward, appendKV with rotary into a paged cache (page sizes 1 and 16) and
+// pagedAttention (decode with split-KV, a mixed prefill/decode batch), and mergeAttention. Checks
+// every result is finite; exits 1 on any failure.
 'use strict';
-const { Tensor, flashAttention, flashAttentionBackward, buildInfo, devices } = require('..');
+const {
+  Tensor, flashAttention, flashAttentionBackward, flashAttentionVarlen, flashAttentionVarlenBackward, appendKV,
+  pagedAttention, mergeAttention, synchronize, buildInfo, devices,
+} = require('..');
 
 if (devices().length === 0) {
   console.error('gpu-smoke: no CUDA device');
@@ -16,35 +23,85 @@ const rand = (n, seed) => {
     return (s / 2 ** 32 - 0.5) * 2;
   });
 };
+const up = (data, shape, dtype) => Tensor.from(data, shape, { dtype }).to('cuda');
+const finite = async (t) => (await t.toFloat32Array()).every(Number.isFinite);
+
 const cases = [
   { B: 1, Nq: 7, Nk: 129, H: 2, Hkv: 1, D: 64, dtype: 'float16', causal: true, layout: 'bshd' },
   { B: 2, Nq: 130, Nk: 67, H: 4, Hkv: 2, D: 128, dtype: 'bfloat16', causal: true, layout: 'bhsd' },
-  { B: 1, Nq: 65, Nk: 65, H: 2, Hkv: 2, D: 40, dtype: 'float16', causal: false, layout: 'bshd' },
-  { B: 1, Nq: 33, Nk: 200, H: 3, Hkv: 3, D: 256, dtype: 'bfloat16', causal: false, layout: 'bshd' },
-  { B: 1, Nq: 100, Nk: 100, H: 2, Hkv: 1, D: 64, dtype: 'float32', causal: true, layout: 'bshd' },
-  { B: 1, Nq: 17, Nk: 50, H: 2, Hkv: 2, D: 96, dtype: 'float32', causal: false, layout: 'bhsd' },
+  { B: 1, Nq: 65, Nk: 65, H: 2, Hkv: 2, D: 40, dtype: 'float16', causal: false, layout: 'bshd', window: [16, 3] },
+  { B: 1, Nq: 33, Nk: 200, H: 3, Hkv: 3, D: 256, dtype: 'bfloat16', causal: false, layout: 'bshd', softcap: 30 },
+  { B: 1, Nq: 100, Nk: 100, H: 2, Hkv: 1, D: 64, dtype: 'float32', causal: true, layout: 'bshd', window: [20, -1] },
+  { B: 1, Nq: 17, Nk: 50, H: 2, Hkv: 2, D: 96, dtype: 'float32', causal: false, layout: 'bhsd', softcap: 10 },
 ];
+
 (async () => {
   const bwd = buildInfo().cudaBackward === true;
   let bad = 0;
+  const report = (name, ok) => {
+    console.log(`${name}: ok=${ok}`);
+    if (!ok) bad++;
+  };
+  // Dense forward / backward, every input disposed right after the last call that reads it.
   for (const c of cases) {
     const shape = (N, H) => (c.layout === 'bhsd' ? [c.B, H, N, c.D] : [c.B, N, H, c.D]);
-    const mk = (N, H, seed) => Tensor.from(rand(c.B * N * H * c.D, seed), shape(N, H), { dtype: c.dtype }).to('cuda');
+    const mk = (N, H, seed) => up(rand(c.B * N * H * c.D, seed), shape(N, H), c.dtype);
     const [q, k, v, dout] = await Promise.all([mk(c.Nq, c.H, 1), mk(c.Nk, c.Hkv, 2), mk(c.Nk, c.Hkv, 3), mk(c.Nq, c.H, 4)]);
-    const opts = { causal: c.causal, layout: c.layout };
+    const opts = { causal: c.causal, layout: c.layout, window: c.window, softcap: c.softcap };
     const { out, lse } = await flashAttention(q, k, v, opts);
-    const o = await out.toFloat32Array();
-    let ok = o.every(Number.isFinite);
-    let msg = `fwd ok=${ok}`;
+    const grads = [];
     if (bwd) {
-      for (const deterministic of [false, true]) {
-        const g = await flashAttentionBackward(dout, q, k, v, out, lse, { ...opts, deterministic });
-        for (const t of [g.dq, g.dk, g.dv]) ok = ok && (await t.toFloat32Array()).every(Number.isFinite);
-        msg += ` bwd${deterministic ? '(det)' : ''} ok=${ok}`;
-      }
+      for (const deterministic of [false, true]) grads.push(await flashAttentionBackward(dout, q, k, v, out, lse, { ...opts, deterministic }));
     }
-    console.log(`${JSON.stringify(c)}: ${msg}`);
-    if (!ok) bad++;
+    q.dispose(); k.dispose(); v.dispose(); dout.dispose(); lse.dispose();
+    let ok = await finite(out);
+    for (const g of grads) for (const t of [g.dq, g.dk, g.dv]) ok = ok && (await finite(t));
+    report(JSON.stringify(c), ok);
   }
+  // Varlen forward + backward (an empty sequence included).
+  {
+    const lens = [5, 0, 130, 64], H = 4, Hkv = 2, D = 64;
+    const cu = Int32Array.from([0, 5, 5, 135, 199]);
+    const T = 199;
+    const [q, k, v, dout] = await Promise.all([up(rand(T * H * D, 5), [T, H, D], 'float16'), up(rand(T * Hkv * D, 6), [T, Hkv, D], 'float16'),
+      up(rand(T * Hkv * D, 7), [T, Hkv, D], 'float16'), up(rand(T * H * D, 8), [T, H, D], 'float16')]);
+    const opts = { cuSeqlensQ: cu, cuSeqlensK: cu, causal: true, window: [40, 0] };
+    const r = await flashAttentionVarlen(q, k, v, opts);
+    const g = bwd ? await flashAttentionVarlenBackward(dout, q, k, v, r.out, r.lse, opts) : null;
+    q.dispose(); k.dispose(); v.dispose(); dout.dispose();
+    let ok = await finite(r.out);
+    if (g) for (const t of [g.dq, g.dk, g.dv]) ok = ok && (await finite(t));
+    report(`varlen lens=${lens}`, ok);
+  }
+  // Paged cache: appendKV with rotary, then decode (split-KV) and a mixed batch.
+  for (const page of [1, 16]) {
+    const B = 3, Hkv = 2, H = 8, D = 128, before = [300, 7, 1000], fresh = [1, 40, 1];
+    const total = before.map((x, i) => x + fresh[i]);
+    const maxPages = Math.ceil(Math.max(...total) / page);
+    const numPages = B * maxPages + 2;
+    const table = new Int32Array(B * maxPages);
+    for (let i = 0; i < table.length; i++) table[i] = (i * 7 + 3) % numPages;  // a permutation: 7 is coprime to numPages? kept unique below
+    const used = new Set();
+    for (let i = 0; i < table.length; i++) { let p = table[i]; while (used.has(p)) p = (p + 1) % numPages; used.add(p); table[i] = p; }
+    const kc = await up(rand(numPages * page * Hkv * D, 9), [numPages, page, Hkv, D], 'bfloat16');
+    const vc = await up(rand(numPages * page * Hkv * D, 10), [numPages, page, Hkv, D], 'bfloat16');
+    const cuNew = Int32Array.from([0, 1, 41, 42]);
+    const [kn, vn] = await Promise.all([up(rand(42 * Hkv * D, 11), [42, Hkv, D], 'bfloat16'), up(rand(42 * Hkv * D, 12), [42, Hkv, D], 'bfloat16')]);
+    const maxPos = 2048, half = 32;
+    const cos = await Tensor.from(Float32Array.from({ length: maxPos * half }, (_, i) => Math.cos(i * 0.001)), [maxPos, half]).to('cuda');
+    const sin = await Tensor.from(Float32Array.from({ length: maxPos * half }, (_, i) => Math.sin(i * 0.001)), [maxPos, half]).to('cuda');
+    await appendKV(kc, vc, kn, vn, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: Int32Array.from(before), rotary: { cos, sin } });
+    kn.dispose(); vn.dispose();
+    const q = await up(rand(42 * H * D, 13), [42, H, D], 'bfloat16');
+    const mixed = await pagedAttention(q, kc, vc, { pageTable: table, seqlensK: Int32Array.from(total), cuSeqlensQ: cuNew, causal: true, rotary: { cos, sin, interleaved: true } });
+    const q1 = await up(rand(3 * H * D, 14), [3, H, D], 'bfloat16');
+    const decode = await pagedAttention(q1, kc, vc, { pageTable: table, seqlensK: Int32Array.from(total), cuSeqlensQ: Int32Array.from([0, 1, 2, 3]), numSplits: 5, softcap: 20 });
+    q.dispose(); q1.dispose(); kc.dispose(); vc.dispose(); cos.dispose(); sin.dispose();
+    report(`paged page=${page}`, (await finite(mixed.out)) && (await finite(decode.out)));
+    // Merge the two decode halves of one problem: any two partials will do here.
+    const m = await mergeAttention([decode.out, decode.out], [decode.lse, decode.lse]);
+    report(`merge page=${page}`, await finite(m.out));
+  }
+  await synchronize();
   process.exit(bad ? 1 : 0);
 })().catch((e) => { console.error(e); process.exit(1); });

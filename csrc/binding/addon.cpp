@@ -157,6 +157,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("emptyCache", Napi::Function::New(env, EmptyCache));
   exports.Set("resetPeakMemoryStats", Napi::Function::New(env, ResetPeak));
   exports.Set("debugFault", Napi::Function::New(env, DebugFault));
+  exports.Set("fillRandom", Napi::Function::New(env, FillRandom));
   exports.Set("convertFromF32", Napi::Function::New(env, ConvertFromF32));
   exports.Set("convertToF32", Napi::Function::New(env, ConvertToF32));
   exports.Set("devices", Napi::Function::New(env, Devices));

@@ -181,6 +181,7 @@ void FillCommon(P& p, const Call& c) {
   p.window_right = c.I(FA_F_window_right);
   p.softcap = static_cast<float>(c.D(FA_F_softcap));
   p.total_q = c.I(FA_F_total_q);
+  p.total_k = c.I(FA_F_total_k);
 }
 
 fa_rotary RotaryOf(const Call& c, const float* cos, const float* sin) {

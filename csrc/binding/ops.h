@@ -20,4 +20,5 @@ Napi::Value MemoryStats(const Napi::CallbackInfo& info);   // memoryStats(device
 Napi::Value EmptyCache(const Napi::CallbackInfo& info);    // emptyCache(device) -> Promise<void>
 Napi::Value ResetPeak(const Napi::CallbackInfo& info);     // resetPeakMemoryStats(device)
 Napi::Value DebugFault(const Napi::CallbackInfo& info);    // debugFault(device): test hook
+Napi::Value FillRandom(const Napi::CallbackInfo& info);    // fillRandom(handle, dtype, seed): bench hook
 }  // namespace fab

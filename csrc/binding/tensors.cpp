@@ -15,6 +15,7 @@
 #ifdef FA_WITH_CUDA
 #include <cuda_runtime.h>
 extern "C" fa_status fa_internal_debug_fault(void* stream);
+extern "C" fa_status fa_internal_fill_random(void* ptr, size_t n, int dtype, unsigned seed, void* stream);
 #endif
 
 namespace fab {
@@ -394,4 +395,25 @@ Napi::Value DebugFault(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+}  // namespace fab
+
+namespace fab {
+// fillRandom(handle, dtype, seed): benchmark hook, approximately standard-normal values on the device.
+Napi::Value FillRandom(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  DevAlloc* a = HandleArg(info[0], "tensor");
+  const int dtype = info[1].As<Napi::Number>().Int32Value();
+  const unsigned seed = info[2].As<Napi::Number>().Uint32Value();
+  const std::string bad = a->ctx->Unusable();
+  if (!bad.empty()) throw Napi::Error::New(env, bad);
+#ifdef FA_WITH_CUDA
+  a->ctx->MakeCurrent();
+  const size_t es = dtype == FA_FLOAT32 ? 4 : 2;
+  if (fa_internal_fill_random(a->ptr, a->bytes / es, dtype, seed, a->ctx->stream()) != FA_OK)
+    throw Napi::Error::New(env, fa_last_error());
+#else
+  (void)dtype, (void)seed;
+#endif
+  return env.Undefined();
+}
 }  // namespace fab

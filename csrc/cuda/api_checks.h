@@ -88,5 +88,39 @@ inline fa_status check_common_args(const char* fn, const char* what, fa_dtype dt
   return FA_OK;
 }
 
+// The mask of a call in the kernels' form: the window sides (-1 = unbounded), causal folded in as
+// window_right = 0 (both may be given: the tighter bound wins, and causal is the tightest).
+inline void kernel_window(int causal, int has_window, int left, int right, int* out_left, int* out_right) {
+  *out_left = has_window && left >= 0 ? left : -1;
+  *out_right = causal ? 0 : has_window && right >= 0 ? right : -1;
+}
+
+// Raises a kernel's dynamic shared-memory limit once per (kernel, device): `ready` is the
+// kernel's own per-device flag array (kMaxDevices entries). what: "CUDA forward" etc.
+constexpr int kMaxDevices = 64;
+template <class Kernel>
+fa_status smem_optin(Kernel kernel, int bytes, const char* what, int width, std::atomic<bool>* ready) {
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess)
+    return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) + " (cudaGetDevice)");
+  if (dev < kMaxDevices && ready[dev].load(std::memory_order_acquire)) return FA_OK;
+  int optin = 0;
+  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess)
+    return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) +
+                                     " (cudaDeviceGetAttribute)");
+  if (bytes > optin)
+    return fa::fail(FA_ERR_UNSUPPORTED, std::string(what) + ": head-dim tile " + std::to_string(width) + " needs " +
+                                            std::to_string(bytes) + " bytes of shared memory per block; this device allows " +
+                                            std::to_string(optin));
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess)
+    return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err) +
+                                     " (cudaFuncSetAttribute)");
+  if (dev < kMaxDevices) ready[dev].store(true, std::memory_order_release);
+  return FA_OK;
+}
+
 }  // namespace cuda
 }  // namespace fa

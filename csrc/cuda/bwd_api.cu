@@ -15,12 +15,15 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include <cmath>
+
 #include <string>
 #include <type_traits>
 
 #include "common/errors.h"
 #include "cuda/api_checks.h"
 #include "cuda/bwd_args.cuh"
+#include "cuda/bwd_common.cuh"
 #include "cuda/bwd_traits.cuh"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
@@ -99,16 +102,19 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(const fa_bwd_params* p) {
   WorkspaceLayout w;
   if (p->batch <= 0 || p->heads <= 0 || p->seqlen_q <= 0) return w;
-  const size_t rows = static_cast<size_t>(p->batch) * p->heads;
-  const size_t nq_pad = (static_cast<size_t>(p->seqlen_q) + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
-  const size_t row_bytes = round256(rows * nq_pad * 4);
+  // Rows: dense [B, H, nq_pad]; packed [H, rows] with each sequence's padded stretch (bwd_ws_row0).
+  const size_t rows_total = p->cu_seqlens_q != nullptr
+      ? static_cast<size_t>(p->heads) * bwd_ws_rows_packed(p->total_q, p->batch)
+      : static_cast<size_t>(p->batch) * p->heads *
+            ((static_cast<size_t>(p->seqlen_q) + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad);
+  const size_t row_bytes = round256(rows_total * 4);
   w.lse2 = 0;
   w.dsum = row_bytes;
   w.dq_acc = 2 * row_bytes;
   w.total = 2 * row_bytes;
   if (!p->deterministic && p->head_dim > 0) {
     const int width = pick_bwd_width(p->dtype, p->head_dim);
-    w.total += round256(rows * nq_pad * static_cast<size_t>(width > p->head_dim ? width : p->head_dim) * 4);
+    w.total += round256(rows_total * static_cast<size_t>(width > p->head_dim ? width : p->head_dim) * 4);
   }
   return w;
 }
@@ -130,13 +136,18 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdArgs a) {
     const bool valid = r < rows;
     const int64_t bh = valid ? r / a.nq_pad : 0;
     const int i = valid ? static_cast<int>(r - bh * a.nq_pad) : a.nq_pad;
-    const bool real = valid && i < a.seqlen_q;
     const int h = static_cast<int>(bh % a.heads);
     const int b = static_cast<int>(bh / a.heads);
+    const SeqInfo seq = bwd_seq(a, b);
+    // This sequence's padded stretch: whole row blocks, pad rows lse2 = +inf, dsum = 0.
+    const int nq_pad_b = a.cu_seqlens_q == nullptr ? a.nq_pad : (seq.nq + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+    const bool in_ws = valid && i < nq_pad_b;
+    const bool real = in_ws && i < seq.nq;
+    const int64_t qr = seq.q_row0 + i;
     float d = 0.f;
     if (real) {
-      const char* po = static_cast<const char*>(a.o) + E * (b * a.o_batch + i * a.o_row + h * a.o_head);
-      const char* pd = static_cast<const char*>(a.dout) + E * (b * a.do_batch + i * a.do_row + h * a.do_head);
+      const char* po = static_cast<const char*>(a.o) + E * (b * a.o_batch + qr * a.o_row + h * a.o_head);
+      const char* pd = static_cast<const char*>(a.dout) + E * (b * a.do_batch + qr * a.do_row + h * a.do_head);
       for (int c = sub; c < chunks; c += 8) {
         const uint4 x = *reinterpret_cast<const uint4*>(po + c * 16);
         const uint4 y = *reinterpret_cast<const uint4*>(pd + c * 16);
@@ -160,16 +171,18 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdArgs a) {
     d += __shfl_xor_sync(0xffffffffu, d, 1);
     d += __shfl_xor_sync(0xffffffffu, d, 2);
     d += __shfl_xor_sync(0xffffffffu, d, 4);
-    if (!valid) continue;
+    if (!in_ws) continue;
+    const int64_t w = bwd_ws_base(a, b, h, seq) + i;
+    const int64_t li = b * a.lse_batch + h * a.lse_head + qr;
     if (sub == 0) {
-      a.dsum[r] = d;
+      a.dsum[w] = d;
       // fp16/bf16 kernels read lse * log2(e); the fp32 kernels lse itself (see softmax_grad_tile).
-      const float lse = real ? a.lse[bh * a.seqlen_q + i] : INFINITY;
-      a.lse2[r] = E == 4 ? lse : lse * 1.4426950408889634f;
-      if (real && a.softmax_d != nullptr) a.softmax_d[bh * a.seqlen_q + i] = d;
+      const float lse = real ? a.lse[li] : INFINITY;
+      a.lse2[w] = E == 4 ? lse : lse * 1.4426950408889634f;
+      if (real && a.softmax_d != nullptr) a.softmax_d[li] = d;
     }
-    if (valid && a.dq_acc != nullptr) {  // this row's share of the head's nq_pad x width floats
-      float4* z = reinterpret_cast<float4*>(a.dq_acc + r * a.dql.width);
+    if (a.dq_acc != nullptr) {  // this row's share of the head's nq_pad x width floats
+      float4* z = reinterpret_cast<float4*>(a.dq_acc + w * a.dql.width);
       for (int c = sub; c < a.dql.width / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
@@ -190,7 +203,9 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs a) {
     const int64_t bh = row / a.seqlen_q;
     const int h = static_cast<int>(bh % a.heads);
     const int b = static_cast<int>(bh / a.heads);
-    const float* head = a.dq_acc + bh * a.nq_pad * a.dql.width;
+    const SeqInfo seq = bwd_seq(a, b);
+    if (i >= seq.nq) continue;
+    const float* head = a.dq_acc + bwd_ws_base(a, b, h, seq) * a.dql.width;
     float4 x, y;
     if (a.dql.vec == 4) {  // eight columns: four float2 pieces at 16-byte steps
       const int64_t o = dq_acc_offset(a.dql, i, c * 8);
@@ -203,7 +218,7 @@ __global__ void __launch_bounds__(256) bwd_convert_dq_kernel(const BwdArgs a) {
     }
     x.x *= sc, x.y *= sc, x.z *= sc, x.w *= sc;
     y.x *= sc, y.y *= sc, y.z *= sc, y.w *= sc;
-    char* dst = static_cast<char*>(a.dq) + E * (b * a.dq_batch + i * a.dq_row + h * a.dq_head + c * 8);
+    char* dst = static_cast<char*>(a.dq) + E * (b * a.dq_batch + (seq.q_row0 + i) * a.dq_row + h * a.dq_head + c * 8);
     if constexpr (E == 4) {
       reinterpret_cast<float4*>(dst)[0] = x;
       reinterpret_cast<float4*>(dst)[1] = y;
@@ -289,6 +304,10 @@ extern "C" fa_status fa_bwd_cuda(const fa_bwd_params* p, void* stream) {
                                           p->heads, p->heads_k, d, p->scale, width);
   if (bad != FA_OK) return bad;
   if (p->batch == 0 || p->heads == 0 || (p->seqlen_q == 0 && p->seqlen_k == 0)) return FA_OK;
+  if (p->cu_seqlens_q != nullptr && p->cu_seqlens_k == nullptr)
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: packed sequences need cu_seqlens_q and cu_seqlens_k");
+  if (p->softcap < 0.f || !std::isfinite(p->softcap))
+    return fa::fail(FA_ERR_INVALID, "fa_bwd_cuda: softcap must be finite and >= 0");
   const bool need_q = p->seqlen_q > 0, need_k = p->seqlen_k > 0;
   if ((need_q && (p->q == nullptr || p->o == nullptr || p->dout == nullptr || p->dq == nullptr || p->lse == nullptr)) ||
       (need_k && (p->k == nullptr || p->v == nullptr || p->dk == nullptr || p->dv == nullptr)))
@@ -327,9 +346,36 @@ extern "C" fa_status fa_bwd_cuda(const fa_bwd_params* p, void* stream) {
   a.head_dim = d;
   a.group = p->heads / p->heads_k;
   a.nq_pad = (p->seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
-  a.causal = p->causal ? 1 : 0;
   a.scale = p->scale;
   a.scale_log2 = p->scale * 1.4426950408889634f;
+  kernel_window(p->causal, p->has_window, p->window_left, p->window_right, &a.window_left, &a.window_right);
+  a.causal = a.window_right >= 0 ? 1 : 0;
+  if (p->softcap > 0.f) {
+    a.softcap = p->softcap;
+    a.softcap_scale = p->scale / p->softcap;
+    a.p_scale = 1.f;
+    a.p_scale_log2 = 1.4426950408889634f;
+  } else {
+    a.p_scale = p->scale;
+    a.p_scale_log2 = a.scale_log2;
+  }
+  const bool packed = p->cu_seqlens_q != nullptr;
+  a.cu_seqlens_q = p->cu_seqlens_q;
+  a.cu_seqlens_k = p->cu_seqlens_k;
+  a.total_q = p->total_q;
+  a.total_k = p->total_k;
+  if (packed) {
+    a.q_batch = a.k_batch = a.v_batch = a.o_batch = a.do_batch = a.dq_batch = a.dk_batch = a.dv_batch = 0;
+    a.lse_batch = 0;
+    a.lse_head = p->total_q;
+    a.ws_batch = 0;
+    a.ws_head = bwd_ws_rows_packed(p->total_q, p->batch);
+  } else {
+    a.lse_batch = int64_t(p->heads) * p->seqlen_q;
+    a.lse_head = p->seqlen_q;
+    a.ws_batch = int64_t(p->heads) * a.nq_pad;
+    a.ws_head = a.nq_pad;
+  }
   const bool det = p->deterministic != 0;
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);

@@ -69,10 +69,41 @@ struct BwdArgs {
   int nq_pad;        // seqlen_q rounded up to kBwdRowPad
   int num_m_blocks;  // filled in by the launcher for the kernel's kBlockM
   int num_n_blocks;  // filled in by the launcher for the kernel's kBlockN
-  int causal;
-  float scale;       // signed softmax scale
+  int causal;        // the mask is bounded on the right (causal or a window)
+  float scale;       // signed softmax scale: dQ and dK are multiplied by it at the end
   float scale_log2;  // scale * log2(e), signed
+
+  // Scores -> P: P = 2^(S * p_scale_log2 - lse * log2e) (fp32 kernels: 2^((S * p_scale - lse) * log2e)).
+  // Without softcap p_scale = scale; with softcap S is first replaced by softcap * tanh(S *
+  // softcap_scale) and p_scale = 1, and dS gets the factor 1 - tanh^2 (the rest, scale, is the
+  // final multiply of dQ / dK).
+  float p_scale, p_scale_log2;
+  float softcap, softcap_scale;
+  int window_left, window_right;  // -1: unbounded side (causal is window_right = 0)
+
+  // Packed sequences (cu_seqlens_q != null): q, o, dout, dq [total_q, H, D], k, v, dk, dv
+  // [total_k, Hkv, D] (batch strides 0); seqlen_q / seqlen_k are upper bounds.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int total_q, total_k;
+  // The caller's lse / softmax_d entry of row i of head h of sequence b:
+  // b * lse_batch + h * lse_head + q_row0 + i.
+  int64_t lse_batch, lse_head;
+  // The workspace row (lse2, dsum; dq_acc times dql.width) of row i of head h of sequence b:
+  // b * ws_batch + h * ws_head + ws_row0(b) + i (ws_row0: bwd_ws_row0).
+  int64_t ws_batch, ws_head;
 };
+
+// Packed sequences keep their own padded stretch of workspace rows: sequence b starts at row
+// (cu_seqlens_q[b] rounded down to 4) + 132 b, so a stretch of nq_b rounded up to kBwdRowPad rows
+// never reaches the next sequence's, and every row block starts 16-byte aligned. Dense: 0.
+__host__ __device__ __forceinline__ int64_t bwd_ws_row0(const BwdArgs& a, int b, int64_t q_row0) {
+  return a.cu_seqlens_q == nullptr ? 0 : (q_row0 & ~int64_t(3)) + int64_t(kBwdRowPad + 4) * b;
+}
+// Workspace rows per head in packed mode (the last sequence's stretch included).
+inline int64_t bwd_ws_rows_packed(int total_q, int batch) {
+  return (static_cast<int64_t>(total_q) + int64_t(kBwdRowPad + 4) * (batch + 1) + 3) & ~int64_t(3);
+}
 
 // Defined once per (element type, tile width) in csrc/generated/: run_bwd_atomic in
 // bwd_<dtype>_hdim<W>.cu enqueues the main kernel that also adds dQ into dq_acc with float atomics;

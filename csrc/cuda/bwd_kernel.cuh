@@ -14,15 +14,18 @@
 //                kOptDqPerm (the fp16/bf16 defaults) the workspace holds each warp's tile in the mma
 //                fragment order, so one reduction instruction covers 256 / 512 contiguous bytes
 //                (DqLayout in bwd_args.cuh; the convert kernel reads it back)
-// Causal (bottom-right aligned: row i sees key j iff j <= i + Nk - Nq): the row loop starts at the
-// first row block that can see key block j; only blocks crossing the diagonal or the ragged end of
-// the keys evaluate the mask.
+// Masks (KeyWindow, attn_pieces.cuh: causal and sliding window, bottom-right aligned per sequence):
+// the row loop covers only the row blocks that can see key block j (and the dQ kernel's key loop
+// only the key blocks its rows can see); only blocks crossing a window edge or the ragged end of the
+// keys evaluate the mask. Packed (varlen) sequences: each block finds its sequence's rows through
+// bwd_seq; blocks past a sequence's end return at once. Softcap: bwd_prob (bwd_common.cuh).
 //
 // dQ kernel (deterministic mode): one thread block per (row block, head, batch), FA2's forward loop
 // order: Q_i, dO_i stay in shared memory, K_j / V_j double-buffered; S, dP, P, dS are recomputed
 // and dQ_i accumulates in registers, written once (times scale) in the input dtype. No atomics
 // anywhere, so dQ, dK, dV are bit-identical run to run.
 #pragma once
+#include "cuda/bwd_common.cuh"
 #include "cuda/bwd_gemm.cuh"
 #include "cuda/bwd_traits.cuh"
 #include "cuda/fwd_common.cuh"
@@ -31,17 +34,18 @@ namespace fa {
 namespace cuda {
 
 // P and dS of one S/dP warp tile from the S and dP accumulators, stored to shared memory (P only
-// when kStoreP). r0 / c0: the warp tile's first row / column within the block. kMask: evaluate the
-// key mask (keys >= Nk, causal); key c (relative to the block's first key) is visible from row r
-// (relative to the block's first row) iff c < min(mask_base, mask_diag + r).
+// when kStoreP). r0 / c0: the warp tile's first row / column within the block; row0 / key0: the
+// block's first query row and key within the sequence. kMask: evaluate the key window (KeyWindow:
+// keys past the sequence, causal, sliding window).
 // fp16/bf16: P = 2^(S * scale*log2e - lse*log2e) (l_s holds lse*log2e). fp32: P = 2^((S * scale -
 // lse) * log2e) with l_s holding lse itself: one rounding of the small difference instead of two
-// roundings of large products that cancel (~1e-6 relative on P when |lse| ~ 20).
+// roundings of large products that cancel (~1e-6 relative on P when |lse| ~ 20). With softcap the
+// score is softcap * tanh(S * scale / softcap) and dS gets the factor 1 - tanh^2 (bwd_prob).
 template <class Tr, bool kStoreP, bool kMask, int MT, int NT>
 __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (&dp)[MT][NT][4], const float* l_s,
                                                   const float* d_s, unsigned char* sP, unsigned char* sdS, int r0,
-                                                  int c0, int mask_base, int mask_diag, float scale,
-                                                  float scale_log2, int lane) {
+                                                  int c0, const KeyWindow& win, int row0, int key0, const BwdArgs& a,
+                                                  int lane) {
   using T = typename Tr::T;
   constexpr int E = Tr::kElem;
   constexpr int PPB = Tr::kPitchPB;
@@ -53,23 +57,29 @@ __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (
       const int r = r0 + mt * 16 + g + 8 * hr;
       const float lse = l_s[r];
       const float dsum = d_s[r];
-      int lim = 0;
-      if constexpr (kMask) lim = min(mask_base, mask_diag + r) - c0 - 2 * t;
+      int lo = 0, hi = 0;
+      if constexpr (kMask) {
+        const int base = key0 + c0 + 2 * t;
+        lo = win.lo(row0 + r) - base;
+        hi = win.hi(row0 + r) - base;
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float pv[2], dv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
+          float dmod;
           float p;
           if constexpr (Tr::kIsFp32)
-            p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], scale, -lse) * 1.4426950408889634f);
+            p = bwd_prob_f32(a, s[mt][nt][2 * hr + e], lse, &dmod);
           else
-            p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], scale_log2, -lse));
+            p = bwd_prob<false>(a, s[mt][nt][2 * hr + e], lse, &dmod);
           if constexpr (kMask) {
-            if (nt * 8 + e >= lim) p = 0.f;
+            const int c = nt * 8 + e;
+            if (c < lo || c >= hi) p = 0.f;
           }
           pv[e] = p;
-          dv[e] = p * (dp[mt][nt][2 * hr + e] - dsum);
+          dv[e] = p * (dp[mt][nt][2 * hr + e] - dsum) * dmod;
         }
         const int off = r * PPB + (c0 + nt * 8 + 2 * t) * E;
         if constexpr (kStoreP) store_pair<T>(sP + off, pv[0], pv[1]);
@@ -82,15 +92,16 @@ __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (
 // block's lse2 / dsum slices (the workspace pads them to nq_pad rows, so whole 16-byte chunks).
 template <class Tr, class Loader>
 __device__ __forceinline__ void load_row_block(const Loader& loader, unsigned char* q_s, unsigned char* do_s, float* l_s,
-                                               float* d_s, const BwdArgs& a, int b, int h, int row0, int tid,
-                                               int valid_chunks) {
+                                               float* d_s, const BwdArgs& a, int b, int h, const SeqInfo& seq,
+                                               int row0, int tid, int valid_chunks) {
   constexpr int E = Tr::kElem;
   constexpr int BM = Tr::kBlockM;
-  const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + h * a.q_head + row0 * a.q_row);
-  const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + h * a.do_head + row0 * a.do_row);
-  loader.load(smem_u32(q_s), gq, a.q_row * E, a.seqlen_q - row0, valid_chunks);
-  loader.load(smem_u32(do_s), gdo, a.do_row * E, a.seqlen_q - row0, valid_chunks);
-  const int64_t roff = (static_cast<int64_t>(b) * a.heads + h) * a.nq_pad + row0;
+  const int64_t qr = seq.q_row0 + row0;
+  const char* gq = static_cast<const char*>(a.q) + E * (b * a.q_batch + h * a.q_head + qr * a.q_row);
+  const char* gdo = static_cast<const char*>(a.dout) + E * (b * a.do_batch + h * a.do_head + qr * a.do_row);
+  loader.load(smem_u32(q_s), gq, a.q_row * E, seq.nq - row0, valid_chunks);
+  loader.load(smem_u32(do_s), gdo, a.do_row * E, seq.nq - row0, valid_chunks);
+  const int64_t roff = bwd_ws_base(a, b, h, seq) + row0;
   if (tid < BM / 4)
     cp_async_16(smem_u32(l_s) + tid * 16, a.lse2 + roff + tid * 4, true);
   else if (tid < BM / 2)
@@ -104,11 +115,11 @@ template <class Tr, bool kStoreP>
 __device__ __forceinline__ void sdp_softmax_grad(const unsigned char* q_s, const unsigned char* do_s,
                                                  const unsigned char* k_s, const unsigned char* v_s, const float* l_s,
                                                  const float* d_s, unsigned char* sP, unsigned char* sdS,
-                                                 const BwdArgs& a, int row0, int key0, int warp, int lane) {
+                                                 const BwdArgs& a, const KeyWindow& win, int row0, int key0, int warp,
+                                                 int lane) {
   constexpr int MTs = Tr::kTileMSdP / 16, NTs = Tr::kTileNSdP / 8;
   constexpr int PB = Tr::kPitchB;
   const int wm = warp / Tr::kWarpsNSdP, wn = warp % Tr::kWarpsNSdP;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
   float s[MTs][NTs][4], dp[MTs][NTs][4];
   zero_acc(s);
   zero_acc(dp);
@@ -116,14 +127,13 @@ __device__ __forceinline__ void sdp_softmax_grad(const unsigned char* q_s, const
                                                                 k_s + wn * Tr::kTileNSdP * PB, dp,
                                                                 do_s + wm * Tr::kTileMSdP * PB,
                                                                 v_s + wn * Tr::kTileNSdP * PB, lane);
-  const bool need_mask = key0 + Tr::kBlockN > Nk || (a.causal && key0 + Tr::kBlockN - 1 > row0 + Nk - Nq);
-  const int mask_diag = a.causal ? row0 + Nk - Nq - key0 + 1 : (1 << 30);
+  const bool need_mask = win.needs_mask(key0, Tr::kBlockN, row0, row0 + Tr::kBlockM - 1);
   if (need_mask)
-    softmax_grad_tile<Tr, kStoreP, true>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, Nk - key0,
-                                         mask_diag, a.scale, a.scale_log2, lane);
+    softmax_grad_tile<Tr, kStoreP, true>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, win, row0,
+                                         key0, a, lane);
   else
-    softmax_grad_tile<Tr, kStoreP, false>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, Nk - key0,
-                                          mask_diag, a.scale, a.scale_log2, lane);
+    softmax_grad_tile<Tr, kStoreP, false>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, win, row0,
+                                          key0, a, lane);
 }
 
 // Adds this warp's dQ tile (C fragments: rows g and g + 8 of each m16 tile, columns 2t, 2t + 1 of
@@ -203,17 +213,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   const int bh = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_n_blocks));
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const SeqInfo seq = bwd_seq(a, b);
+  const int Nq = seq.nq, Nk = seq.nk;
   const int key0 = n_block * BN;
+  if (key0 >= Nk) return;  // past this sequence's keys (packed batches size the grid by the longest)
   const int valid_chunks = a.head_dim * E / 16;
+  const KeyWindow win(seq, a.window_left, a.window_right);
 
-  // First row block with a row that sees key0 (causal: row i sees key j iff j <= i + Nk - Nq).
-  const int m_begin = a.causal ? max(0, key0 - (Nk - Nq)) / BM : 0;
-  const int n_m = max(0, a.num_m_blocks - m_begin);
+  // Row blocks [m_begin, m_end) hold the rows that see any key of this block.
+  int rmin, rmax;
+  win.rows_of_keys(key0, min(key0 + BN, Nk) - 1, &rmin, &rmax);
+  const int m_begin = max(0, rmin) / BM;
+  const int m_end = (max(0, min(Nq, rmax)) + BM - 1) / BM;
+  const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // iterations: (query head of the group, row block)
 
-  const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head + key0 * a.k_row);
-  const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head + key0 * a.v_row);
+  const int64_t kr = seq.k_row0 + key0;
+  const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head + kr * a.k_row);
+  const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head + kr * a.v_row);
   const TileLoader<BN, Tr::kChunksPerRow, PB, kThreads> kv_loader(tid);
   kv_loader.load(smem_u32(sK), gk, a.k_row * E, Nk - key0, valid_chunks);
   kv_loader.load(smem_u32(sV), gv, a.v_row * E, Nk - key0, valid_chunks);
@@ -221,7 +238,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
   const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
   auto load_rows = [&](int hq, int m, int stage) {
     load_row_block<Tr>(q_loader, sQ + stage * Tr::kSmemQ, sdO + stage * Tr::kSmemQ, sL + stage * BM, sDs + stage * BM,
-                       a, b, hq, m * BM, tid, valid_chunks);
+                       a, b, hq, seq, m * BM, tid, valid_chunks);
   };
   // Iteration it covers query head hq = hk * group + it / n_m and row block m = m_begin + it % n_m,
   // tracked incrementally.
@@ -241,7 +258,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     const int stage = S == 2 ? (it & 1) : 0;
     const int row0 = m * BM;
     int next_h = hq, next_m = m + 1;
-    if (next_m == a.num_m_blocks) next_m = m_begin, ++next_h;
+    if (next_m == m_end) next_m = m_begin, ++next_h;
     cp_async_wait<0>();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1's P, dS, buffers
     if constexpr (S == 2) {
@@ -254,7 +271,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
     const float* const l_s = sL + stage * BM;
     const float* const d_s = sDs + stage * BM;
 
-    sdp_softmax_grad<Tr, true>(q_s, do_s, sK, sV, l_s, d_s, sP, sdS, a, row0, key0, warp, lane);
+    sdp_softmax_grad<Tr, true>(q_s, do_s, sK, sV, l_s, d_s, sP, sdS, a, win, row0, key0, warp, lane);
     __syncthreads();  // P, dS visible
 
     warp_gemm2<Tr, MTkv, NTkv, BM, true, true, PPB, PB>(dv_acc, sP + wn_kv * Tr::kTileNdKV * E,
@@ -269,8 +286,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
                                                          sK + wd_q * Tr::kTileDdQ * E, lane);
       // kOptRedGuard (timing only): the product stays, the reductions are skipped.
       if ((Tr::kOpts & kOptRedGuard) == 0 || a.scale == 12345.f)
-        add_dq_tile<Tr>(dq, a.dq_acc + (static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad * W, row0, warp, lane, Nq,
-                        a.head_dim);
+        add_dq_tile<Tr>(dq, a.dq_acc + bwd_ws_base(a, b, hq, seq) * W, row0, warp, lane, Nq, a.head_dim);
     }
     if constexpr (S == 1) {
       if (it + 1 < total) {
@@ -302,8 +318,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_main_kernel(const BwdArgs
       }
   }
   __syncthreads();
-  char* gdk = static_cast<char*>(a.dk) + E * (b * a.dk_batch + hk * a.dk_head + key0 * a.dk_row);
-  char* gdv = static_cast<char*>(a.dv) + E * (b * a.dv_batch + hk * a.dv_head + key0 * a.dv_row);
+  char* gdk = static_cast<char*>(a.dk) + E * (b * a.dk_batch + hk * a.dk_head + kr * a.dk_row);
+  char* gdv = static_cast<char*>(a.dv) + E * (b * a.dv_batch + hk * a.dv_head + kr * a.dv_row);
   constexpr int kCh = Tr::kChunksPerRow;
 #pragma unroll
   for (int i = 0; i < BN * kCh / kThreads; ++i) {
@@ -345,38 +361,41 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
   const int h = bh % a.heads;
   const int b = bh / a.heads;
   const int hk = h / a.group;
-  const int m_block = a.causal ? a.num_m_blocks - 1 - mb : mb;  // causal: long rows first
+  const int m_block = a.causal ? a.num_m_blocks - 1 - mb : mb;  // right-bounded mask: long rows first
   const int row0 = m_block * BM;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const SeqInfo seq = bwd_seq(a, b);
+  if (row0 >= seq.nq) return;  // past this sequence's queries (packed batches)
+  const int Nq = seq.nq, Nk = seq.nk;
   const int valid_chunks = a.head_dim * E / 16;
-
-  int n_keys = Nk;
-  if (a.causal) n_keys = min(Nk, max(0, min(Nq, row0 + BM) - 1 + Nk - Nq + 1));
-  const int n_end = (n_keys + BN - 1) / BN;
+  const KeyWindow win(seq, a.window_left, a.window_right);
+  int kmin, kmax;
+  win.keys_of_rows(row0, min(row0 + BM, Nq) - 1, &kmin, &kmax);
+  const int n_begin = kmin / BN;
+  const int n_end = kmax > kmin ? (kmax + BN - 1) / BN : n_begin;
 
   const TileLoader<BM, Tr::kChunksPerRow, PB, kThreads> q_loader(tid);
   const TileLoader<BN, Tr::kChunksPerRow, PB, kThreads> kv_loader(tid);
-  load_row_block<Tr>(q_loader, sQ, sdO, sL, sDs, a, b, h, row0, tid, valid_chunks);
-  const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head);
-  const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head);
+  load_row_block<Tr>(q_loader, sQ, sdO, sL, sDs, a, b, h, seq, row0, tid, valid_chunks);
+  const char* gk = static_cast<const char*>(a.k) + E * (b * a.k_batch + hk * a.k_head + seq.k_row0 * a.k_row);
+  const char* gv = static_cast<const char*>(a.v) + E * (b * a.v_batch + hk * a.v_head + seq.k_row0 * a.v_row);
   auto load_kv = [&](int n, int stage) {
     kv_loader.load(smem_u32(sK + stage * Tr::kSmemKV), gk + n * BN * a.k_row * E, a.k_row * E, Nk - n * BN,
                    valid_chunks);
     kv_loader.load(smem_u32(sV + stage * Tr::kSmemKV), gv + n * BN * a.v_row * E, a.v_row * E, Nk - n * BN,
                    valid_chunks);
   };
-  if (n_end > 0) load_kv(0, 0);
+  if (n_end > n_begin) load_kv(n_begin, 0);
   cp_async_commit();
 
   float dq[MTq][NTq][4];
   zero_acc(dq);
   const int wm_q = warp / Tr::kWarpsDdQ, wd_q = warp % Tr::kWarpsDdQ;
 
-  for (int n = 0; n < n_end; ++n) {
-    const int stage = S == 2 ? (n & 1) : 0;
+  for (int n = n_begin; n < n_end; ++n) {
+    const int stage = S == 2 ? ((n - n_begin) & 1) : 0;
     const int key0 = n * BN;
     if constexpr (S == 1) {
-      if (n > 0) {
+      if (n > n_begin) {
         __syncthreads();  // every warp is done with K_{n-1}, V_{n-1}
         load_kv(n, 0);
         cp_async_commit();
@@ -390,7 +409,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
     }
     unsigned char* const k_s = sK + stage * Tr::kSmemKV;
     unsigned char* const v_s = sV + stage * Tr::kSmemKV;
-    sdp_softmax_grad<Tr, false>(sQ, sdO, k_s, v_s, sL, sDs, nullptr, sdS, a, row0, key0, warp, lane);
+    sdp_softmax_grad<Tr, false>(sQ, sdO, k_s, v_s, sL, sDs, nullptr, sdS, a, win, row0, key0, warp, lane);
     __syncthreads();  // dS visible
     warp_gemm<Tr, MTq, NTq, BN, false, true, PPB, PB>(dq, sdS + wm_q * Tr::kTileMdQ * PPB,
                                                        k_s + wd_q * Tr::kTileDdQ * E, lane);
@@ -415,7 +434,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_dq_kernel(const BwdArgs a
       }
   }
   __syncthreads();
-  char* gdq = static_cast<char*>(a.dq) + E * (b * a.dq_batch + h * a.dq_head + row0 * a.dq_row);
+  char* gdq = static_cast<char*>(a.dq) + E * (b * a.dq_batch + h * a.dq_head + (seq.q_row0 + row0) * a.dq_row);
   constexpr int kCh = Tr::kChunksPerRow;
 #pragma unroll
   for (int i = 0; i < BM * kCh / kThreads; ++i) {

@@ -17,6 +17,7 @@
 // dsum slices are double-buffered with cp.async (block i+1 loads during block i).
 #pragma once
 #include "cuda/bwd_args.cuh"
+#include "cuda/bwd_common.cuh"
 #include "cuda/bwd_gemm.cuh"
 #include "cuda/bwd_traits.cuh"
 #include "cuda/wgmma.cuh"
@@ -59,32 +60,40 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int bh = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_n_blocks));
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  const SeqInfo seq = bwd_seq(a, b);
+  const int Nq = seq.nq, Nk = seq.nk;
   const int key0 = n_block * BN;
+  if (key0 >= Nk) return;  // past this sequence's keys (packed batches size the grid by the longest)
   const int valid_chunks = a.head_dim / 8;
+  const KeyWindow win(seq, a.window_left, a.window_right);
   const int wkey0 = kKeySplit ? wg * 64 : 0;  // this warpgroup's first key (S^T rows) in the block
   const int wrow0 = kKeySplit ? 0 : wg * NS;  // and first query row (S^T columns)
 
-  // First row block with a row that sees key0 (causal: row i sees key j iff j <= i + Nk - Nq).
-  const int m_begin = a.causal ? max(0, key0 - (Nk - Nq)) / BM : 0;
-  const int n_m = max(0, a.num_m_blocks - m_begin);
+  // Row blocks [m_begin, m_end) hold the rows that see any key of this block.
+  int rmin, rmax;
+  win.rows_of_keys(key0, min(key0 + BN, Nk) - 1, &rmin, &rmax);
+  const int m_begin = max(0, rmin) / BM;
+  const int m_end = (max(0, min(Nq, rmax)) + BM - 1) / BM;
+  const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // iterations: (query head of the group, row block)
+  const int64_t kr = seq.k_row0 + key0;
 
   {
     const SwizzledTileLoader<BN, kCB, Tr::kThreads> kv_loader(tid);
-    const char* gk = static_cast<const char*>(a.k) + 2 * (b * a.k_batch + hk * a.k_head + key0 * a.k_row);
-    const char* gv = static_cast<const char*>(a.v) + 2 * (b * a.v_batch + hk * a.v_head + key0 * a.v_row);
+    const char* gk = static_cast<const char*>(a.k) + 2 * (b * a.k_batch + hk * a.k_head + kr * a.k_row);
+    const char* gv = static_cast<const char*>(a.v) + 2 * (b * a.v_batch + hk * a.v_head + kr * a.v_row);
     kv_loader.load(sK, gk, a.k_row * 2, Nk - key0, valid_chunks);
     kv_loader.load(sV, gv, a.v_row * 2, Nk - key0, valid_chunks);
   }
   const SwizzledTileLoader<BM, kCB, Tr::kThreads> q_loader(tid);
   auto load_rows = [&](int hq, int m, int stage) {
     const int row0 = m * BM;
-    const char* gq = static_cast<const char*>(a.q) + 2 * (b * a.q_batch + hq * a.q_head + row0 * a.q_row);
-    const char* gdo = static_cast<const char*>(a.dout) + 2 * (b * a.do_batch + hq * a.do_head + row0 * a.do_row);
+    const int64_t qr = seq.q_row0 + row0;
+    const char* gq = static_cast<const char*>(a.q) + 2 * (b * a.q_batch + hq * a.q_head + qr * a.q_row);
+    const char* gdo = static_cast<const char*>(a.dout) + 2 * (b * a.do_batch + hq * a.do_head + qr * a.do_row);
     q_loader.load(sQ + stage * Tr::kTileQ, gq, a.q_row * 2, Nq - row0, valid_chunks);
     q_loader.load(sdO + stage * Tr::kTileQ, gdo, a.do_row * 2, Nq - row0, valid_chunks);
-    const int64_t roff = (static_cast<int64_t>(b) * a.heads + hq) * a.nq_pad + row0;
+    const int64_t roff = bwd_ws_base(a, b, hq, seq) + row0;
     if (tid < BM / 4)
       cp_async_16(smem_u32(sL + stage * BM) + tid * 16, a.lse2 + roff + tid * 4, true);
     else if (tid < BM / 2)
@@ -118,15 +127,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // B of dQ (MN-major): the K tile; each chunk adds its first column's offset.
   const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
 
-  const float sl2 = a.scale_log2;
   const int mask_base = Nk - key0;  // keys (relative to key0) below this exist
-  float* const acc_head0 = a.dq_acc + static_cast<int64_t>(b) * a.heads * a.nq_pad * W;
 
   for (int it = 0; it < total; ++it) {
     const int st = it & 1;
     const int row0 = m * BM;
     int next_h = hq, next_m = m + 1;
-    if (next_m == a.num_m_blocks) next_m = m_begin, ++next_h;
+    if (next_m == m_end) next_m = m_begin, ++next_h;
     cp_async_wait<0>();
     sm90::fence_proxy_async_smem();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1 (dS^T, P^T, stage st^1)
@@ -152,8 +159,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     {
       const float* const l_s = sL + st * BM;
       const float* const d_s = sDs + st * BM;
-      const bool need_mask = key0 + BN > Nk || (a.causal && key0 + BN - 1 > row0 + Nk - Nq);
-      const int diag = row0 + Nk - Nq - key0;  // key (rel.) visible from row (rel.) r iff key <= r + diag
+      const bool need_mask = win.needs_mask(key0, BN, row0, row0 + BM - 1);
 #pragma unroll
       for (int j = 0; j < NS / 8; ++j) {
         const int r = wrow0 + 8 * j + 2 * t;
@@ -162,15 +168,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int key = wkey0 + wq * 16 + g + 8 * hr;
-          float p0 = fast_exp2(fmaf(s[0][j][2 * hr], sl2, -lse.x));
-          float p1 = fast_exp2(fmaf(s[0][j][2 * hr + 1], sl2, -lse.y));
+          float dm0, dm1;
+          float p0 = bwd_prob<false>(a, s[0][j][2 * hr], lse.x, &dm0);
+          float p1 = bwd_prob<false>(a, s[0][j][2 * hr + 1], lse.y, &dm1);
           if (need_mask) {
-            const bool key_ok = key < mask_base;
-            if (!key_ok || (a.causal && key > r + diag)) p0 = 0.f;
-            if (!key_ok || (a.causal && key > r + 1 + diag)) p1 = 0.f;
+            const int kk = key0 + key;  // key within the sequence; rows row0 + r, row0 + r + 1
+            if (kk < win.lo(row0 + r) || kk >= win.hi(row0 + r)) p0 = 0.f;
+            if (kk < win.lo(row0 + r + 1) || kk >= win.hi(row0 + r + 1)) p1 = 0.f;
           }
-          const float ds0 = p0 * (dp[0][j][2 * hr] - dsum.x);
-          const float ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y);
+          const float ds0 = p0 * (dp[0][j][2 * hr] - dsum.x) * dm0;
+          const float ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y) * dm1;
           const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
           *reinterpret_cast<uint32_t*>(smem + (sdSt - sK) + off) = pack2<T>(ds0, ds1);
           if constexpr (!kKeySplit) *reinterpret_cast<uint32_t*>(smem + (sPt - sK) + off) = pack2<T>(p0, p1);
@@ -220,7 +227,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     }
 
     // dQ += dS K for this warpgroup's dQ columns, kDqChunk (64, or 32 at W 64) at a time.
-    float* const head_acc = acc_head0 + static_cast<int64_t>(hq) * a.nq_pad * W + static_cast<int64_t>(row0) * W;
+    float* const head_acc = a.dq_acc + (bwd_ws_base(a, b, hq, seq) + row0) * W;
 #pragma unroll
     for (int c = 0; c < NQ / QC; ++c) {
       const int colq = wg * NQ + c * QC;  // first dQ column of this chunk
@@ -254,8 +261,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 
   // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns
   // wg * NC + 8j + 2t (row split) or 8j + 2t (key split).
-  char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + key0 * a.dk_row);
-  char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + key0 * a.dv_row);
+  char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + kr * a.dk_row);
+  char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + kr * a.dv_row);
   const float sc = a.scale;
   const int col0 = kKeySplit ? 0 : wg * NC;
 #pragma unroll

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "cuda/api_checks.h"
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_kernel.cuh"
 #include "cuda/bwd_kernel_sm90.cuh"
@@ -26,24 +27,8 @@ inline fa_status bwd_cuda_fail(cudaError_t err, const char* what) {
 // Raises the kernel's dynamic shared-memory limit once per (kernel, device).
 template <class Tr, int kWhich>
 fa_status bwd_smem_optin(const void* kernel, int bytes) {
-  constexpr int kMaxDevices = 64;
   static std::atomic<bool> ready[kMaxDevices];
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaGetDevice");
-  if (dev < kMaxDevices && ready[dev].load(std::memory_order_acquire)) return FA_OK;
-  int optin = 0;
-  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaDeviceGetAttribute");
-  if (bytes > optin)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: head-dim tile " + std::to_string(Tr::kHeadDim) + " needs " +
-                                            std::to_string(bytes) +
-                                            " bytes of shared memory per block; this device allows " +
-                                            std::to_string(optin));
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaFuncSetAttribute");
-  if (dev < kMaxDevices) ready[dev].store(true, std::memory_order_release);
-  return FA_OK;
+  return smem_optin(kernel, bytes, "CUDA backward", Tr::kHeadDim, ready);
 }
 
 // Main kernel (dK, dV; dQ atomics when kAtomicDQ). Never synchronises, never allocates.

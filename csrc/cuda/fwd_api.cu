@@ -6,12 +6,16 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <string>
 #include <type_traits>
 
 #include "common/errors.h"
 #include "cuda/api_checks.h"
 #include "cuda/fwd_args.cuh"
+#include "cuda/inference_api.cuh"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
 
@@ -19,39 +23,44 @@ namespace fa {
 namespace cuda {
 namespace {
 
-// Tile widths that scripts/generate_kernels.py writes a file for (keep the two lists in step; a
-// width listed here without its file is a link error, not a silent miss).
+// Tile widths that scripts/generate_kernels.py writes a file for (keep the lists in step; a width
+// listed here without its file is a link error, not a silent miss).
 constexpr int kWidths16[] = {32, 64, 96, 128, 160, 192, 256};  // fp16 and bf16
 constexpr int kWidths32[] = {32, 64, 128, 256};                 // fp32
+// Paged K/V (pagedAttention): the row-block kernels and the decode kernel (fp16 / bf16).
+constexpr int kPagedWidths16[] = {64, 128, 256};
+constexpr int kPagedWidths32[] = {64, 128, 256};
+// The Hopper (wgmma) forward kernels (sm90_kernels_usable in api_checks.h says where they run).
+constexpr int kWidthsSm90[] = {64, 128, 256};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
 
 // Smallest compiled width >= d for this dtype, or 0.
-int pick_compiled_width(fa_dtype dtype, int d) {
-  return fa::cuda::pick_width(kWidths16, kWidths32, dtype, d);
+int pick_compiled_width(fa_dtype dtype, int d, bool paged) {
+  return paged ? fa::cuda::pick_width(kPagedWidths16, kPagedWidths32, dtype, d)
+               : fa::cuda::pick_width(kWidths16, kWidths32, dtype, d);
 }
 
-template <typename T, int W>
+template <typename T, int W, bool kPaged>
 bool try_run(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
-  constexpr bool kCompiled = width_built(W) && (std::is_same<T, float>::value ? listed(kWidths32, W)
-                                                                                : listed(kWidths16, W));
+  constexpr bool kListed = std::is_same<T, float>::value
+                               ? (kPaged ? listed(kPagedWidths32, W) : listed(kWidths32, W))
+                               : (kPaged ? listed(kPagedWidths16, W) : listed(kWidths16, W));
+  constexpr bool kCompiled = width_built(W) && kListed;
   if constexpr (kCompiled) {
     if (width == W) {
-      *st = run_fwd<T, W>(a, s);
+      *st = run_fwd<T, W, kPaged>(a, s);
       return true;
     }
   }
   return false;
 }
 
-// The Hopper (wgmma) forward kernels (sm90_kernels_usable in api_checks.h says where they run).
-constexpr int kWidthsSm90[] = {64, 128, 256};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
-
-template <typename T, int W>
+template <typename T, int W, bool kPaged>
 bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value;
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
     if (width == W && sm90_kernels_usable()) {
-      *st = run_fwd_sm90<T, W>(a, s);
+      *st = run_fwd_sm90<T, W, kPaged>(a, s);
       return true;
     }
   }
@@ -61,18 +70,134 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   return false;
 }
 
-template <typename T>
+// The row-block kernels (every query row of a block from one head).
+template <typename T, bool kPaged>
 fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
-  if (try_run_sm90<T, 64>(width, a, s, &st) || try_run_sm90<T, 128>(width, a, s, &st) ||
-      try_run_sm90<T, 256>(width, a, s, &st))
+  if (try_run_sm90<T, 64, kPaged>(width, a, s, &st) || try_run_sm90<T, 128, kPaged>(width, a, s, &st) ||
+      try_run_sm90<T, 256, kPaged>(width, a, s, &st))
     return st;
-  const bool ran = try_run<T, 32>(width, a, s, &st) || try_run<T, 64>(width, a, s, &st) ||
-                   try_run<T, 96>(width, a, s, &st) || try_run<T, 128>(width, a, s, &st) ||
-                   try_run<T, 160>(width, a, s, &st) || try_run<T, 192>(width, a, s, &st) ||
-                   try_run<T, 256>(width, a, s, &st);
+  const bool ran = try_run<T, 32, kPaged>(width, a, s, &st) || try_run<T, 64, kPaged>(width, a, s, &st) ||
+                   try_run<T, 96, kPaged>(width, a, s, &st) || try_run<T, 128, kPaged>(width, a, s, &st) ||
+                   try_run<T, 160, kPaged>(width, a, s, &st) || try_run<T, 192, kPaged>(width, a, s, &st) ||
+                   try_run<T, 256, kPaged>(width, a, s, &st);
   if (!ran) return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: no kernel for tile width " + std::to_string(width));
   return st;
+}
+
+template <typename T, int W>
+bool try_decode(int width, const DecodeArgs& d, cudaStream_t s, fa_status* st) {
+  constexpr bool kCompiled = width_built(W) && listed(kPagedWidths16, W) && !std::is_same<T, float>::value;
+  if constexpr (kCompiled) {
+    if (width == W) {
+      *st = run_fwd_decode<T, W>(d, s);
+      return true;
+    }
+  }
+  return false;
+}
+
+fa_status cuda_err(cudaError_t e, const char* what) {
+  return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " (" + what + ")");
+}
+
+// Multiprocessors of the current device (cached per device).
+int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 108;
+  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 108;
+    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// Split-KV factor for the decode kernel: enough blocks to fill the GPU with whole waves (the
+// FlashAttention-2 rule: the smallest split count whose wave efficiency is within 85% of the
+// best), never more splits than 64-key chunks.
+int decode_splits(int units, int n_chunks, int slots) {
+  if (n_chunks <= 1 || units >= slots) return 1;
+  const int max_splits = std::min({128, n_chunks, (2 * slots + units - 1) / units});
+  double best = 0;
+  double eff[129] = {0};
+  for (int s = 1; s <= max_splits; ++s) {
+    const double waves = double(units) * s / slots;
+    eff[s] = waves / std::ceil(waves);
+    best = std::max(best, eff[s]);
+  }
+  for (int s = 1; s <= max_splits; ++s)
+    if (eff[s] >= 0.85 * best) return s;
+  return 1;
+}
+
+template <typename T>
+fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s) {
+  // Decode kernel (fp16 / bf16): sequences with nq * group <= kDecodeRows; the row-block kernel the
+  // others (it skips the decode kernel's sequences).
+  const bool has_decode = !std::is_same<T, float>::value;
+  a.decode_rows = has_decode ? kDecodeRows : 0;
+  const bool need_rows = !has_decode || int64_t(a.seqlen_q) * a.group > kDecodeRows;
+  if (has_decode) {
+    DecodeArgs d{};
+    d.f = a;
+    const int n_chunks = (a.seqlen_k + kDecodeChunk - 1) / kDecodeChunk;
+    const int per_sm = width <= 64 ? 3 : width <= 128 ? 2 : 1;  // decode blocks resident per SM
+    int splits = p->num_splits > 0 ? p->num_splits : decode_splits(a.batch * a.heads_k, n_chunks, sm_count() * per_sm);
+    splits = std::max(1, std::min({splits, 128, std::max(n_chunks, 1)}));
+    d.num_splits = splits;
+    void* ws = nullptr;
+    if (splits > 1) {
+      const size_t o_bytes = size_t(splits) * a.total_q * a.heads * width * 4;
+      const size_t l_bytes = size_t(splits) * a.heads * a.total_q * 4;
+      const cudaError_t e = cudaMallocAsync(&ws, o_bytes + l_bytes, s);
+      if (e != cudaSuccess) return cuda_err(e, "cudaMallocAsync of the split-KV workspace");
+      d.partial_o = static_cast<float*>(ws);
+      d.partial_lse = reinterpret_cast<float*>(static_cast<char*>(ws) + o_bytes);
+    }
+    fa_status st = FA_ERR_UNSUPPORTED;
+    const bool ran = try_decode<T, 64>(width, d, s, &st) || try_decode<T, 128>(width, d, s, &st) ||
+                     try_decode<T, 256>(width, d, s, &st);
+    if (!ran) st = fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: no kernel for tile width " + std::to_string(width));
+    if (st == FA_OK && splits > 1) {
+      CombineArgs c{};
+      c.o_base = d.partial_o;
+      c.lse_base = d.partial_lse;
+      c.o_stride = int64_t(a.total_q) * a.heads * width;
+      c.lse_stride = int64_t(a.heads) * a.total_q;
+      c.f32_mask = 0xffffffffu;
+      c.num = splits;
+      c.batch = 1;
+      c.seqlen = a.total_q;
+      c.heads = a.heads;
+      c.head_dim = a.head_dim;
+      c.in_head = width;
+      c.out_head = static_cast<int>(a.o_head);
+      c.out = a.o;
+      c.lse_out = a.lse;
+      if (need_rows) {  // leave the rows of the row-block kernel's sequences alone
+        c.cu_seqlens_q = a.cu_seqlens_q;
+        c.num_seqs = a.batch;
+        c.group = a.group;
+        c.decode_rows = kDecodeRows;
+      }
+      // Splits beyond kMaxCombine are not produced (decode_splits caps at 128 > 32): fold the rest.
+      if (splits <= kMaxCombine) {
+        st = launch_combine<T, T>(c, s);
+      } else {
+        st = fa::fail(FA_ERR_UNSUPPORTED, "internal: too many splits");
+      }
+    }
+    if (ws != nullptr) {
+      const cudaError_t e = cudaFreeAsync(ws, s);
+      if (e != cudaSuccess && st == FA_OK) st = cuda_err(e, "cudaFreeAsync of the split-KV workspace");
+    }
+    if (st != FA_OK) return st;
+  }
+  if (!need_rows) return FA_OK;
+  return dispatch<T, true>(width, a, s);
 }
 
 }  // namespace
@@ -82,18 +207,28 @@ fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
 extern "C" int fa_cuda_supports(fa_dtype dtype, int head_dim) {
   if (dtype != FA_FLOAT32 && dtype != FA_FLOAT16 && dtype != FA_BFLOAT16) return 0;
   if (head_dim < 8 || head_dim > 256 || head_dim % 8 != 0) return 0;
-  return fa::cuda::pick_compiled_width(dtype, head_dim) != 0 ? 1 : 0;
+  return fa::cuda::pick_compiled_width(dtype, head_dim, false) != 0 ? 1 : 0;
 }
 
 extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   using namespace fa::cuda;
   if (p == nullptr) return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: params is NULL");
   const int d = p->head_dim;
-  const int width = pick_compiled_width(p->dtype, d);
-  const fa_status bad = check_common_args("fa_fwd_cuda", "CUDA forward", p->dtype, p->batch, p->seqlen_q, p->seqlen_k,
-                                          p->heads, p->heads_k, d, p->scale, width);
+  const bool paged = p->page_table != nullptr;
+  const bool packed = p->cu_seqlens_q != nullptr;
+  if (paged && (!packed || p->seqlens_k == nullptr))
+    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: paged K/V needs cu_seqlens_q and seqlens_k");
+  if (packed && !paged && p->cu_seqlens_k == nullptr)
+    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: packed sequences need cu_seqlens_k (or a page table)");
+  if (paged && (p->page_size < 1 || p->max_pages_per_seq < 0 || p->num_pages < 0))
+    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: page_size must be >= 1 and the page counts >= 0");
+  if (p->softcap < 0.f || !std::isfinite(p->softcap))
+    return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: softcap must be finite and >= 0");
+  const int width = pick_compiled_width(p->dtype, d, paged);
+  const fa_status bad = check_common_args("fa_fwd_cuda", paged ? "CUDA paged attention" : "CUDA forward", p->dtype,
+                                          p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, d, p->scale, width);
   if (bad != FA_OK) return bad;
-  if (p->batch == 0 || p->seqlen_q == 0 || p->heads == 0) return FA_OK;  // nothing to compute
+  if (p->batch == 0 || p->seqlen_q == 0 || p->heads == 0 || (packed && p->total_q == 0)) return FA_OK;
   if (p->q == nullptr || p->o == nullptr || p->lse == nullptr || (p->seqlen_k > 0 && (p->k == nullptr || p->v == nullptr)))
     return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: q, k, v, o and lse must be device pointers, got NULL");
 
@@ -117,6 +252,7 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   a.k_batch = p->k_str.batch, a.k_row = p->k_str.row, a.k_head = p->k_str.head;
   a.v_batch = p->v_str.batch, a.v_row = p->v_str.row, a.v_head = p->v_str.head;
   a.o_batch = p->o_str.batch, a.o_row = p->o_str.row, a.o_head = p->o_str.head;
+  if (packed) a.q_batch = a.o_batch = a.k_batch = a.v_batch = 0;
   a.batch = p->batch;
   a.heads = p->heads;
   a.heads_k = p->heads_k;
@@ -124,17 +260,44 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   a.seqlen_k = p->seqlen_k;
   a.head_dim = d;
   a.group = p->heads / p->heads_k;
-  a.causal = p->causal ? 1 : 0;
-  a.negate_s = p->scale < 0.f ? 1 : 0;
-  // scale == 0 (uniform attention) still needs masked -inf entries to give 0, not NaN: a tiny
-  // positive factor keeps every unmasked exponent at 0 and -inf at -inf.
-  const float s2 = fabsf(p->scale) * 1.4426950408889634f;
-  a.scale_log2 = s2 > 1e-30f ? s2 : 1e-30f;
+  kernel_window(p->causal, p->has_window, p->window_left, p->window_right, &a.window_left, &a.window_right);
+  a.causal = a.window_right >= 0 ? 1 : 0;
+  if (p->softcap > 0.f) {
+    a.softcap = p->softcap;
+    a.softcap_scale = p->scale / p->softcap;
+    a.negate_s = 0;
+    a.scale_log2 = 1.4426950408889634f;
+  } else {
+    a.negate_s = p->scale < 0.f ? 1 : 0;
+    // scale == 0 (uniform attention) still needs masked -inf entries to give 0, not NaN: a tiny
+    // positive factor keeps every unmasked exponent at 0 and -inf at -inf.
+    const float s2 = fabsf(p->scale) * 1.4426950408889634f;
+    a.scale_log2 = s2 > 1e-30f ? s2 : 1e-30f;
+  }
+  a.cu_seqlens_q = p->cu_seqlens_q;
+  a.cu_seqlens_k = paged ? nullptr : p->cu_seqlens_k;
+  a.seqlens_k = paged ? p->seqlens_k : nullptr;
+  a.page_table = p->page_table;
+  a.total_q = p->total_q;
+  a.total_k = 0;
+  a.page_size = p->page_size;
+  a.max_pages = p->max_pages_per_seq;
+  a.num_pages = p->num_pages;
+  if (packed && !paged) a.total_k = p->total_k;
+  a.lse_batch = packed ? 0 : int64_t(p->heads) * p->seqlen_q;
+  a.lse_head = packed ? p->total_q : p->seqlen_q;
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (paged) {
+    switch (p->dtype) {
+      case FA_FLOAT16: return run_paged<__half>(width, a, p, s);
+      case FA_BFLOAT16: return run_paged<__nv_bfloat16>(width, a, p, s);
+      default: return run_paged<float>(width, a, p, s);
+    }
+  }
   switch (p->dtype) {
-    case FA_FLOAT16: return dispatch<__half>(width, a, s);
-    case FA_BFLOAT16: return dispatch<__nv_bfloat16>(width, a, s);
-    default: return dispatch<float>(width, a, s);
+    case FA_FLOAT16: return dispatch<__half, false>(width, a, s);
+    case FA_BFLOAT16: return dispatch<__nv_bfloat16, false>(width, a, s);
+    default: return dispatch<float, false>(width, a, s);
   }
 }

@@ -24,17 +24,52 @@ struct FwdArgs {
   int head_dim;        // the real head dim (<= the kernel's tile width); a multiple of 8
   int group;           // heads / heads_k: query head h reads kv head h / group
   int num_m_blocks;    // ceil(seqlen_q / kBlockM), filled in by the launcher
-  int causal;
-  int negate_s;        // scale < 0: the kernel negates S and uses |scale|
-  float scale_log2;    // |scale| * log2(e) (a tiny positive number when scale == 0)
+  int causal;          // the mask is bounded on the right (causal or a window): long row blocks first
+  int negate_s;        // scale < 0: the kernel negates S and uses |scale| (never with softcap)
+  float scale_log2;    // |scale| * log2(e) (a tiny positive number when scale == 0); log2(e) with softcap
+
+  // Sliding window (-1: unbounded side; causal is window_right = 0), see KeyWindow.
+  int window_left, window_right;
+  // softcap > 0: S -> softcap * tanh(S * softcap_scale) (softcap_scale = scale / softcap) before the
+  // softmax, whose own factor is then log2(e).
+  float softcap, softcap_scale;
+
+  // Packed sequences (cu_seqlens_q != null; q, o [total_q, H, D], batch strides 0) with K/V packed by
+  // cu_seqlens_k or paged (page_table != null, seqlens_k). seqlen_q / seqlen_k: upper bounds.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  const int32_t* seqlens_k;
+  const int32_t* page_table;
+  int total_q, total_k;
+  int page_size, max_pages, num_pages;
+  // lse of row i of head h of sequence b: lse + b * lse_batch + h * lse_head + q_row0 + i.
+  int64_t lse_batch, lse_head;
+  // Paged calls: sequences with nq * group <= decode_rows belong to the decode kernel and are
+  // skipped by the row-block kernels (0: none).
+  int decode_rows;
 };
 
-// Defined once per (element type, tile width) in csrc/generated/fwd_<dtype>_hdim<W>.cu.
-template <typename T, int kHeadDim>
+// Defined once per (element type, tile width, K/V addressing) in csrc/generated/fwd_<dtype>_hdim<W>.cu
+// (dense or packed K/V) and fwd_paged_<dtype>_hdim<W>.cu (paged K/V).
+template <typename T, int kHeadDim, bool kPaged>
 fa_status run_fwd(FwdArgs args, cudaStream_t stream);
-// Defined in csrc/generated/fwd_sm90_<dtype>_hdim<W>.cu (fp16 / bf16, W = 128).
-template <typename T, int kHeadDim>
+// Defined in csrc/generated/fwd_sm90[_paged]_<dtype>_hdim<W>.cu (fp16 / bf16, W = 64, 128, 256).
+template <typename T, int kHeadDim, bool kPaged>
 fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream);
+// Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
+constexpr int kDecodeRows = 16;
+constexpr int kDecodeChunk = 64;
+
+// The paged decode kernel (GQA rows of a kv head packed, split-KV), csrc/generated/fwd_decode_*.cu:
+// fp16 / bf16, W = 64, 128, 256. partial_o / partial_lse: split-KV workspace (num_splits > 1).
+struct DecodeArgs {
+  FwdArgs f;
+  int num_splits;
+  float* partial_o;    // [num_splits, total_q, H, W] fp32 (normalised per split)
+  float* partial_lse;  // [num_splits, H, total_q]
+};
+template <typename T, int kHeadDim>
+fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fa

@@ -1,9 +1,12 @@
-// Pieces shared by the fp16/bf16 and fp32 forward kernels: block coordinates, the causal key bound,
-// predicated tile loads, and the "row sees no key" epilogue.
+// Pieces shared by the fp16/bf16 and fp32 forward kernels: block coordinates, the block's
+// sequence and pointers, its key-block range, predicated tile loads (dense and paged), the score
+// modifier and mask, and the "row sees no key" epilogue. (Sequence, window and paging rules
+// themselves: attn_pieces.cuh.)
 #pragma once
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/attn_pieces.cuh"
 #include "cuda/fwd_args.cuh"
 #include "cuda/ptx.cuh"
 
@@ -16,8 +19,8 @@ struct BlockCoord {
 
 // One flat grid.x index per (row block, head, batch): row blocks of one head are adjacent so that
 // the CTAs resident at one time share that head's K/V in L2; grid.x allows 2^31-1 blocks, so long
-// sequences and large B*H never hit the 65535 limit of grid.y/z. Causal: within a head the row blocks
-// that see the most keys start first, so the cheap ones fill the tail of the launch.
+// sequences and large B*H never hit the 65535 limit of grid.y/z. With a right-bounded mask (causal,
+// window) the row blocks that see the most keys start first, so the cheap ones fill the tail.
 __device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) {
   const int bid = static_cast<int>(blockIdx.x);
   const int mb = bid % a.num_m_blocks;
@@ -29,8 +32,20 @@ __device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) {
   return c;
 }
 
-// Global pointers of one thread block (row block starting at row0 of query head bc.h): its Q and O
-// rows, the kv head's K and V (key 0), its lse entries (null when not asked). E: element bytes.
+__device__ __forceinline__ SeqInfo fwd_seq(const FwdArgs& a, int b) {
+  return seq_info(b, a.seqlen_q, a.seqlen_k, a.cu_seqlens_q, a.cu_seqlens_k, a.page_table ? a.seqlens_k : nullptr,
+                  a.total_q, a.total_k, a.max_pages * a.page_size);
+}
+
+// True when this thread block has nothing to do: its row block lies past its sequence's queries,
+// or (paged calls) the sequence belongs to the decode kernel.
+__device__ __forceinline__ bool fwd_block_idle(const FwdArgs& a, const SeqInfo& seq, int row0) {
+  return row0 >= seq.nq || (a.decode_rows > 0 && seq.nq * a.group <= a.decode_rows);
+}
+
+// Global pointers of one thread block (row block starting at row0 of query head bc.h of its
+// sequence): its Q and O rows, the kv head's K and V (key 0; dense / packed K/V), its lse entries.
+// E: element bytes.
 struct FwdBlockPtrs {
   const char* q;
   const char* k;
@@ -39,28 +54,39 @@ struct FwdBlockPtrs {
   float* lse;
 };
 template <int E>
-__device__ __forceinline__ FwdBlockPtrs block_ptrs(const FwdArgs& a, const BlockCoord& bc, int row0) {
+__device__ __forceinline__ FwdBlockPtrs block_ptrs(const FwdArgs& a, const BlockCoord& bc, const SeqInfo& seq, int row0) {
   const int hk = bc.h / a.group;
+  const int64_t qr = seq.q_row0 + row0;
   FwdBlockPtrs p;
-  p.q = static_cast<const char*>(a.q) + E * (bc.b * a.q_batch + bc.h * a.q_head + row0 * a.q_row);
-  p.k = static_cast<const char*>(a.k) + E * (bc.b * a.k_batch + hk * a.k_head);
-  p.v = static_cast<const char*>(a.v) + E * (bc.b * a.v_batch + hk * a.v_head);
-  p.o = static_cast<char*>(a.o) + E * (bc.b * a.o_batch + bc.h * a.o_head + row0 * a.o_row);
-  p.lse = a.lse == nullptr ? nullptr : a.lse + (static_cast<int64_t>(bc.b) * a.heads + bc.h) * a.seqlen_q + row0;
+  p.q = static_cast<const char*>(a.q) + E * (bc.b * a.q_batch + bc.h * a.q_head + qr * a.q_row);
+  p.k = static_cast<const char*>(a.k) + E * (bc.b * a.k_batch + hk * a.k_head + seq.k_row0 * a.k_row);
+  p.v = static_cast<const char*>(a.v) + E * (bc.b * a.v_batch + hk * a.v_head + seq.k_row0 * a.v_row);
+  p.o = static_cast<char*>(a.o) + E * (bc.b * a.o_batch + bc.h * a.o_head + qr * a.o_row);
+  p.lse = a.lse == nullptr ? nullptr : a.lse + bc.b * a.lse_batch + bc.h * a.lse_head + qr;
   return p;
 }
 
-// Number of key blocks that the rows [row0, row0 + block_m) of this block can see: 0 when none of
-// them sees a key (causal with Nq > Nk, or Nk == 0). Causal is bottom-right aligned: row i sees keys
-// j <= i + Nk - Nq.
+// The paged K (or V) rows of one block's kv head.
+template <int E>
+__device__ __forceinline__ PagedRows paged_rows(const FwdArgs& a, const BlockCoord& bc, const void* cache,
+                                                int64_t head_stride, int64_t row_stride) {
+  PagedRows r;
+  r.base = static_cast<const char*>(cache) + E * ((bc.h / a.group) * head_stride);
+  r.table = a.page_table + static_cast<int64_t>(bc.b) * a.max_pages;
+  r.page_size = a.page_size;
+  r.num_pages = a.num_pages;
+  r.row_bytes = E * row_stride;
+  return r;
+}
+
+// Key blocks [*n_min, *n_max) that the rows [row0, row0 + block_m) of this block may see (empty
+// when none of them sees a key).
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int visible_key_blocks(const FwdArgs& a, int row0) {
-  int n_keys = a.seqlen_k;
-  if (a.causal) {
-    const int last_row = min(a.seqlen_q, row0 + kBlockM) - 1;
-    n_keys = min(n_keys, max(last_row + a.seqlen_k - a.seqlen_q + 1, 0));
-  }
-  return (n_keys + kBlockN - 1) / kBlockN;
+__device__ __forceinline__ void key_block_range(const KeyWindow& w, int row0, int* n_min, int* n_max) {
+  int kmin, kmax;
+  w.keys_of_rows(row0, row0 + kBlockM - 1, &kmin, &kmax);
+  *n_min = kmin / kBlockN;
+  *n_max = kmax > kmin ? (kmax + kBlockN - 1) / kBlockN : *n_min;
 }
 
 // Copies [kRows x kChunks*16 bytes] tiles from global (row pitch row_bytes) to shared (row pitch
@@ -102,6 +128,25 @@ struct TileLoader {
       }
     }
   }
+  // The same tile from a paged cache: rows key0 + r of `pr` (a row whose page index is out of range
+  // is zero-filled like a row past valid_rows).
+  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, int key0, int valid_rows,
+                                       int valid_chunks) const {
+    const int rows_left = valid_rows - r0;
+    const int chunks_left = valid_chunks - c0;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      bool ok = i * kRowStep < rows_left;
+      const char* src = ok ? pr.row(key0 + r0 + i * kRowStep, &ok) : pr.base;
+      src += c0 * 16;
+#pragma unroll
+      for (int j = 0; j < kChunksPerThread; ++j) {
+        const bool pred = ok && j * kTPR < chunks_left;
+        cp_async_16(s_tile + s_off + i * kRowStep * kPitchBytes + j * kTPR * 16, pred ? src + j * kTPR * 16 : pr.base,
+                    pred);
+      }
+    }
+  }
 };
 
 // Every row of this block sees no key: O = 0 and lse = +inf (the API's convention).
@@ -118,16 +163,24 @@ __device__ __forceinline__ void write_empty_rows(const FwdArgs& a, char* go, flo
   }
 }
 
-// Sign and mask of one key block's scores (C fragments of this warp's rows): s = -s when the scale is
-// negative (a.negate_s: the kernels use |scale|), and -inf for keys >= Nk and (causal) keys
-// j > i + Nk - Nq. Only the ragged last key block and the blocks crossing the diagonal of the
-// block's first row need the mask. n: the key block (kBlockN keys); row_base: this lane's first row
-// (row0 + the warp's first row + g).
-template <int kBlockN, int kMT, int kNT>
-__device__ __forceinline__ void negate_and_mask(float (&s)[kMT][kNT][4], const FwdArgs& a, int n, int row0,
-                                                int row_base, int t) {
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
-  if (a.negate_s) {
+// Score modifier, sign and mask of one key block's scores (C fragments of this warp's rows):
+// softcap (s -> softcap * tanh(s * softcap_scale)), else s = -s when the scale is negative
+// (a.negate_s: the kernels use |scale|); then -inf for keys the row does not see (KeyWindow: past
+// the sequence's keys, causal, window). The mask is evaluated only on tiles that need it for some
+// row of this warp (rows [warp_row0, warp_row1]). n: the key block (kBlockN keys); row_base: this
+// lane's first row within the sequence (row0 + the warp's first row + g). kPrecise: tanhf (fp32).
+template <int kBlockN, bool kPrecise, int kMT, int kNT>
+__device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], const FwdArgs& a, const KeyWindow& w,
+                                                   int n, int warp_row0, int warp_row1, int row_base, int t) {
+  if (a.softcap > 0.f) {
+    const float cap = a.softcap, sc = a.softcap_scale;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * softcap_tanh<kPrecise>(s[mt][nt][e] * sc);
+  } else if (a.negate_s) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -135,19 +188,21 @@ __device__ __forceinline__ void negate_and_mask(float (&s)[kMT][kNT][4], const F
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = -s[mt][nt][e];
   }
-  if ((n + 1) * kBlockN > Nk || (a.causal && (n + 1) * kBlockN - 1 > row0 + Nk - Nq)) {
+  if (w.needs_mask(n * kBlockN, kBlockN, warp_row0, warp_row1)) {
+    const int col0 = n * kBlockN + 2 * t;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const int row = row_base + mt * 16 + 8 * hr;
-        int lim = a.causal ? min(Nk, row + Nk - Nq + 1) : Nk;
-        lim -= n * kBlockN + 2 * t;
+        const int lo = w.lo(row) - col0, hi = w.hi(row) - col0;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (nt * 8 + e >= lim) s[mt][nt][2 * hr + e] = -INFINITY;
+          for (int e = 0; e < 2; ++e) {
+            const int c = nt * 8 + e;
+            if (c < lo || c >= hi) s[mt][nt][2 * hr + e] = -INFINITY;
+          }
       }
   }
 }

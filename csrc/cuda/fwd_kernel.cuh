@@ -24,7 +24,7 @@
 namespace fa {
 namespace cuda {
 
-template <class Tr>
+template <class Tr, bool kPaged>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const FwdArgs a) {
   using T = typename Tr::T;
   constexpr int W = Tr::kHeadDim;
@@ -43,33 +43,50 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const BlockCoord bc = block_coord(a);
+  const SeqInfo seq = fwd_seq(a, bc.b);
   const int row0 = bc.m_block * BM;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  if (fwd_block_idle(a, seq, row0)) return;
+  const int Nq = seq.nq, Nk = seq.nk;
   const int q_rows = min(BM, Nq - row0);
   const int valid_chunks = a.head_dim / 8;
 
-  const FwdBlockPtrs gp = block_ptrs<2>(a, bc, row0);
+  const FwdBlockPtrs gp = block_ptrs<2>(a, bc, seq, row0);
   const char* const gq = gp.q;
   const char* const gk = gp.k;
   const char* const gv = gp.v;
   char* const go = gp.o;
   float* const glse = gp.lse;
 
-  const int n_blocks = visible_key_blocks<BM, BN>(a, row0);
-  if (n_blocks <= 0) {
+  const KeyWindow win(seq, a.window_left, a.window_right);
+  int n_min, n_max;
+  key_block_range<BM, BN>(win, row0, &n_min, &n_max);
+  if (n_max <= n_min) {
     write_empty_rows<BM, kThreads>(a, go, glse, q_rows, 2, tid);
     return;
   }
 
   // Prologue: Q tile and the last K tile in flight together.
   const TileLoader<BM, Tr::kChunksPerRow, kPB, kThreads> q_loader(tid);
-  const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> k_loader(tid);
-  const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> v_loader(tid);
+  const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> kv_loader(tid);
+  PagedRows pk{}, pv{};
+  if constexpr (kPaged) {
+    pk = paged_rows<2>(a, bc, a.k, a.k_head, a.k_row);
+    pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
+  }
+  // K / V tile of key block nb into the buffer at s_tile.
+  auto load_k = [&](int nb, uint32_t s_tile) {
+    if constexpr (kPaged) kv_loader.load(s_tile, pk, nb * BN, Nk - nb * BN, valid_chunks);
+    else kv_loader.load(s_tile, gk + nb * BN * a.k_row * 2, a.k_row * 2, Nk - nb * BN, valid_chunks);
+  };
+  auto load_v = [&](int nb, uint32_t s_tile) {
+    if constexpr (kPaged) kv_loader.load(s_tile, pv, nb * BN, Nk - nb * BN, valid_chunks);
+    else kv_loader.load(s_tile, gv + nb * BN * a.v_row * 2, a.v_row * 2, Nk - nb * BN, valid_chunks);
+  };
   q_loader.load(sQ, gq, a.q_row * 2, q_rows, valid_chunks);
   cp_async_commit();
-  int n = n_blocks - 1;
-  k_loader.load(sK, gk + n * BN * a.k_row * 2, a.k_row * 2, Nk - n * BN, valid_chunks);
-  if constexpr (Tr::kStages == 2) v_loader.load(sV, gv + n * BN * a.v_row * 2, a.v_row * 2, Nk - n * BN, valid_chunks);
+  int n = n_max - 1;
+  load_k(n, sK);
+  if constexpr (Tr::kStages == 2) load_v(n, sV);
   cp_async_commit();
 
   // Per-lane ldmatrix row addresses. Pattern A (Q as the A operand, V via .trans): matrices
@@ -107,7 +124,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
-  for (int it = 0; n >= 0; --n, ++it) {
+  for (int it = 0; n >= n_min; --n, ++it) {
     float s[kMT][BN / 8][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -121,14 +138,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
     cp_async_wait<0>();
     __syncthreads();  // block n's tiles visible to all; every warp is done with block n+1's buffers
     if constexpr (Tr::kStages == 2) {
-      if (n > 0) {
+      if (n > n_min) {
         const uint32_t next = stage ^ Tr::kSmemK;
-        k_loader.load(sK + next, gk + (n - 1) * BN * a.k_row * 2, a.k_row * 2, Nk - (n - 1) * BN, valid_chunks);
-        v_loader.load(sV + next, gv + (n - 1) * BN * a.v_row * 2, a.v_row * 2, Nk - (n - 1) * BN, valid_chunks);
+        load_k(n - 1, sK + next);
+        load_v(n - 1, sV + next);
         cp_async_commit();
       }
     } else {
-      v_loader.load(sV, gv + n * BN * a.v_row * 2, a.v_row * 2, Nk - n * BN, valid_chunks);
+      load_v(n, sV);
       cp_async_commit();
     }
 
@@ -157,13 +174,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
       }
     }
 
-    negate_and_mask<BN>(s, a, n, row0, row0 + wrow0 + g, t);
+    score_mod_and_mask<BN, false>(s, a, win, n, row0 + wrow0, row0 + wrow0 + Tr::kRowsPerWarp - 1,
+                                  row0 + wrow0 + g, t);
 
     if constexpr (Tr::kStages == 1) {
       cp_async_wait<0>();
       __syncthreads();  // V(n) visible to all; every warp is done reading K(n)
-      if (n > 0) {
-        k_loader.load(sK, gk + (n - 1) * BN * a.k_row * 2, a.k_row * 2, Nk - (n - 1) * BN, valid_chunks);
+      if (n > n_min) {
+        load_k(n - 1, sK);
         cp_async_commit();
       }
     }

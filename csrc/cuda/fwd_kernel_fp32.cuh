@@ -19,7 +19,7 @@
 namespace fa {
 namespace cuda {
 
-template <class Tr>
+template <class Tr, bool kPaged>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(const FwdArgs a) {
   constexpr int W = Tr::kHeadDim;
   constexpr int BM = Tr::kBlockM;
@@ -39,20 +39,24 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const BlockCoord bc = block_coord(a);
+  const SeqInfo seq = fwd_seq(a, bc.b);
   const int row0 = bc.m_block * BM;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  if (fwd_block_idle(a, seq, row0)) return;
+  const int Nq = seq.nq, Nk = seq.nk;
   const int q_rows = min(BM, Nq - row0);
   const int valid_chunks = a.head_dim / 4;
 
-  const FwdBlockPtrs gp = block_ptrs<4>(a, bc, row0);
+  const FwdBlockPtrs gp = block_ptrs<4>(a, bc, seq, row0);
   const char* const gq = gp.q;
   const char* const gk = gp.k;
   const char* const gv = gp.v;
   char* const go = gp.o;
   float* const glse = gp.lse;
 
-  const int n_blocks = visible_key_blocks<BM, BN>(a, row0);
-  if (n_blocks <= 0) {
+  const KeyWindow win(seq, a.window_left, a.window_right);
+  int n_min, n_max;
+  key_block_range<BM, BN>(win, row0, &n_min, &n_max);
+  if (n_max <= n_min) {
     write_empty_rows<BM, kThreads>(a, go, glse, q_rows, 4, tid);
     return;
   }
@@ -60,11 +64,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
   const TileLoader<BM, Tr::kChunksPerRow, PQ * 4, kThreads> q_loader(tid);
   const TileLoader<BN, Tr::kChunksPerRow, PQ * 4, kThreads> k_loader(tid);
   const TileLoader<BN, Tr::kChunksPerRow, PV * 4, kThreads> v_loader(tid);
+  PagedRows pk{}, pv{};
+  if constexpr (kPaged) {
+    pk = paged_rows<4>(a, bc, a.k, a.k_head, a.k_row);
+    pv = paged_rows<4>(a, bc, a.v, a.v_head, a.v_row);
+  }
+  auto load_k = [&](int nb) {
+    if constexpr (kPaged) k_loader.load(sK, pk, nb * BN, Nk - nb * BN, valid_chunks);
+    else k_loader.load(sK, gk + nb * BN * a.k_row * 4, a.k_row * 4, Nk - nb * BN, valid_chunks);
+  };
+  auto load_v = [&](int nb) {
+    if constexpr (kPaged) v_loader.load(sV, pv, nb * BN, Nk - nb * BN, valid_chunks);
+    else v_loader.load(sV, gv + nb * BN * a.v_row * 4, a.v_row * 4, Nk - nb * BN, valid_chunks);
+  };
   q_loader.load(sQ, gq, a.q_row * 4, q_rows, valid_chunks);
   cp_async_commit();
-  int n = n_blocks - 1;
-  k_loader.load(sK, gk + n * BN * a.k_row * 4, a.k_row * 4, Nk - n * BN,
-                                                     valid_chunks);
+  int n = n_max - 1;
+  load_k(n);
   cp_async_commit();
 
   const int g = lane >> 2, t = lane & 3;
@@ -86,13 +102,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
-  for (; n >= 0; --n) {
+  for (; n >= n_min; --n) {
     float s[kMT][BN / 8][4];
 
     cp_async_wait<0>();
     __syncthreads();
-    v_loader.load(sV, gv + n * BN * a.v_row * 4, a.v_row * 4, Nk - n * BN,
-                                                       valid_chunks);
+    load_v(n);
     cp_async_commit();
 
     // S = Q K^T (3xTF32). The tensor cores round their fp32 accumulator toward zero, a bias that
@@ -144,13 +159,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
           for (int e = 0; e < 4; ++e) s[mt][nt][e] = c == 0 ? t[mt][nt][e] : s[mt][nt][e] + t[mt][nt][e];
     }
 
-    negate_and_mask<BN>(s, a, n, row0, row0 + wrow0 + g, t);
+    score_mod_and_mask<BN, true>(s, a, win, n, row0 + wrow0, row0 + wrow0 + Tr::kRowsPerWarp - 1,
+                                 row0 + wrow0 + g, t);
 
     cp_async_wait<0>();
     __syncthreads();
-    if (n > 0) {
-      k_loader.load(sK, gk + (n - 1) * BN * a.k_row * 4, a.k_row * 4,
-                                                         Nk - (n - 1) * BN, valid_chunks);
+    if (n > n_min) {
+      load_k(n - 1);
       cp_async_commit();
     }
 

@@ -48,7 +48,7 @@ struct Sm90FwdTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 
-template <class Tr>
+template <class Tr, bool kPaged>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
@@ -72,13 +72,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   const int g = lane >> 2, t = lane & 3;
   const int wrow0 = wg * 64 + (warp & 3) * 16;  // this warp's first row in the block
   const BlockCoord bc = block_coord(a);
+  const SeqInfo seq = fwd_seq(a, bc.b);
   const int row0 = bc.m_block * BM;
-  const int Nq = a.seqlen_q, Nk = a.seqlen_k;
+  if (fwd_block_idle(a, seq, row0)) return;
+  const int Nq = seq.nq, Nk = seq.nk;
   const int q_rows = min(BM, Nq - row0);
   const int valid_chunks = a.head_dim / 8;
 
-  const FwdBlockPtrs gp = block_ptrs<2>(a, bc, row0);
-  const int n_blocks = visible_key_blocks<BM, BN>(a, row0);
+  const FwdBlockPtrs gp = block_ptrs<2>(a, bc, seq, row0);
+  const KeyWindow win(seq, a.window_left, a.window_right);
+  int n_min, n_max;
+  key_block_range<BM, BN>(win, row0, &n_min, &n_max);
+  const int n_blocks = n_max - n_min;
   if (n_blocks <= 0) {
     write_empty_rows<BM, Tr::kThreads>(a, gp.o, gp.lse, q_rows, 2, tid);
     return;
@@ -86,11 +91,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   const SwizzledTileLoader<BM, kCB, Tr::kThreads> q_loader(tid);
   const SwizzledTileLoader<BN, kCB, Tr::kThreads> kv_loader(tid);
   const int64_t k_rb = a.k_row * 2, v_rb = a.v_row * 2;
+  PagedRows pk{}, pv{};
+  if constexpr (kPaged) {
+    pk = paged_rows<2>(a, bc, a.k, a.k_head, a.k_row);
+    pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
+  }
   auto load_k = [&](int n, int stage) {
-    kv_loader.load(sK + stage * kTileKV, gp.k + n * BN * k_rb, k_rb, Nk - n * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(sK + stage * kTileKV, pk, n * BN, Nk - n * BN, valid_chunks);
+    else kv_loader.load(sK + stage * kTileKV, gp.k + n * BN * k_rb, k_rb, Nk - n * BN, valid_chunks);
   };
   auto load_v = [&](int n, int stage) {
-    kv_loader.load(sV + stage * kTileKV, gp.v + n * BN * v_rb, v_rb, Nk - n * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(sV + stage * kTileKV, pv, n * BN, Nk - n * BN, valid_chunks);
+    else kv_loader.load(sV + stage * kTileKV, gp.v + n * BN * v_rb, v_rb, Nk - n * BN, valid_chunks);
   };
 
   // Descriptors (the 14-bit address field is the only one that changes between k-steps and stages).
@@ -104,14 +116,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   constexpr uint64_t kStageDesc = kTileKV >> 4;
 
   // Prologue: Q and K of the first block; then the second block's K and the first block's V.
-  int n = n_blocks - 1;
+  int n = n_max - 1;
   q_loader.load(sQ, gp.q, a.q_row * 2, q_rows, valid_chunks);
   load_k(n, 0);
   cp_async_commit();
   cp_async_wait<0>();
   sm90::fence_proxy_async_smem();
   __syncthreads();
-  if (n > 0) load_k(n - 1, 1);
+  if (n > n_min) load_k(n - 1, 1);
   load_v(n, 0);
   cp_async_commit();
 
@@ -137,7 +149,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
     sm90::wgmma_commit();
   };
   auto softmax_and_pack = [&](int nb, bool rescale) {
-    negate_and_mask<BN>(s, a, nb, row0, row0 + wrow0 + g, t);
+    score_mod_and_mask<BN, false>(s, a, win, nb, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
     online_softmax_step(s, row_max, row_sum, alpha, sl2);
     if (rescale) {
       sm90::wgmma_wait<0>();
@@ -167,12 +179,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   bool o_started = false;
 
   for (int it = 1; it < n_blocks; ++it) {
-    n = n_blocks - 1 - it;
+    n = n_max - 1 - it;
     const int st = it & 1;
     cp_async_wait<0>();
     sm90::fence_proxy_async_smem();
     __syncthreads();  // K(it), V(it-1) visible; every warp is done with K(it-1), V(it-2)
-    if (n > 0) load_k(n - 1, st ^ 1);
+    if (n > n_min) load_k(n - 1, st ^ 1);
     load_v(n, st);
     cp_async_commit();
 

@@ -10,7 +10,9 @@
 #include <type_traits>
 
 #include "common/errors.h"
+#include "cuda/api_checks.h"
 #include "cuda/fwd_args.cuh"
+#include "cuda/fwd_decode.cuh"
 #include "cuda/fwd_kernel.cuh"
 #include "cuda/fwd_kernel_fp32.cuh"
 #include "cuda/fwd_kernel_sm90.cuh"
@@ -30,67 +32,71 @@ struct IsSm90Traits : std::false_type {};
 template <class Tr>
 struct IsSm90Traits<Tr, std::void_t<decltype(Tr::kSm90)>> : std::bool_constant<Tr::kSm90> {};
 
-template <class Tr>
+template <class Tr, bool kPaged>
 constexpr auto fwd_kernel_for() {
   if constexpr (IsSm90Traits<Tr>::value)
-    return &fwd_kernel_sm90<Tr>;
+    return &fwd_kernel_sm90<Tr, kPaged>;
   else if constexpr (Tr::kIsFp32)
-    return &fwd_kernel_fp32<Tr>;
+    return &fwd_kernel_fp32<Tr, kPaged>;
   else
-    return &fwd_kernel<Tr>;
+    return &fwd_kernel<Tr, kPaged>;
 }
 
 // Enqueues one forward launch on `stream` (current device). Never synchronises, never allocates.
 // The dynamic shared-memory opt-in is set once per (kernel, device); concurrent first calls from
 // several host threads may both set it, which is harmless (same value).
-template <class Tr>
+template <class Tr, bool kPaged>
 fa_status launch_fwd(FwdArgs a, cudaStream_t stream) {
-  constexpr int kMaxDevices = 64;
   static std::atomic<bool> smem_ready[kMaxDevices];
-  const auto kernel = fwd_kernel_for<Tr>();
+  const auto kernel = fwd_kernel_for<Tr, kPaged>();
 
   a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
   const int64_t blocks = static_cast<int64_t>(a.num_m_blocks) * a.heads * a.batch;
+  if (blocks == 0) return FA_OK;
   if (blocks > INT_MAX)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: batch * heads * ceil(seqlen_q / " +
                                             std::to_string(Tr::kBlockM) + ") = " + std::to_string(blocks) +
                                             " thread blocks exceeds the grid limit 2^31-1");
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
-  if (dev >= kMaxDevices || !smem_ready[dev].load(std::memory_order_acquire)) {
-    int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (err != cudaSuccess) return cuda_fail(err, "cudaDeviceGetAttribute");
-    if (Tr::kSmemBytes > optin)
-      return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: head-dim tile " + std::to_string(Tr::kHeadDim) + " needs " +
-                                              std::to_string(Tr::kSmemBytes) +
-                                              " bytes of shared memory per block; this device allows " +
-                                              std::to_string(optin));
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    if (err != cudaSuccess) return cuda_fail(err, "cudaFuncSetAttribute");
-    if (dev < kMaxDevices) smem_ready[dev].store(true, std::memory_order_release);
-  }
+  const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA forward", Tr::kHeadDim, smem_ready);
+  if (st != FA_OK) return st;
   (void)cudaGetLastError();  // drop a stale non-sticky error so it is not blamed on this launch
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch");
   return FA_OK;
 }
 
-template <typename T, int W>
+template <typename T, int W, bool kPaged>
 fa_status run_fwd(FwdArgs args, cudaStream_t stream) {
   if constexpr (std::is_same<T, float>::value)
-    return launch_fwd<typename Fp32FwdConfig<W>::Traits>(args, stream);
+    return launch_fwd<typename Fp32FwdConfig<W>::Traits, kPaged>(args, stream);
   else
-    return launch_fwd<typename FwdConfig<T, W>::Traits>(args, stream);
+    return launch_fwd<typename FwdConfig<T, W>::Traits, kPaged>(args, stream);
 }
 
 // The Hopper (wgmma) kernel: fp16 / bf16, tile widths 64, 128, 256; launched only on compute
 // capability 9.0 by a build that includes sm_90a code (fwd_api.cu decides).
-template <typename T, int W>
+template <typename T, int W, bool kPaged>
 fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
-  return launch_fwd<Sm90FwdTraits<T, W>>(args, stream);
+  return launch_fwd<Sm90FwdTraits<T, W>, kPaged>(args, stream);
+}
+
+// The paged decode kernel: grid (num_splits, heads_k, batch).
+template <typename T, int W>
+fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
+  using Tr = DecodeTraits<T, W>;
+  static std::atomic<bool> smem_ready[kMaxDevices];
+  const auto kernel = &fwd_decode_kernel<Tr>;
+  if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
+  if (d.f.batch > 65535 || d.f.heads_k > 65535)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences and kv heads");
+  const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA paged decode", W, smem_ready);
+  if (st != FA_OK) return st;
+  (void)cudaGetLastError();
+  kernel<<<dim3(d.num_splits, d.f.heads_k, d.f.batch), Tr::kThreads, Tr::kSmemBytes, stream>>>(d);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cuda_fail(err, "decode launch");
+  return FA_OK;
 }
 
 }  // namespace cuda

@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "cuda/attn_pieces.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/wgmma_ops.cuh"
 
@@ -92,6 +93,17 @@ struct SwizzledTileLoader {
     for (int i = 0; i < kPasses; ++i) {
       const bool pred = col_ok && r0 + i * kRowStep < valid_rows;
       cp_async_16(s_tile + s_off + i * kRowStep * 128, pred ? src + i * step : g, pred);
+    }
+  }
+  // The same tile from a paged cache (rows key0 + r of `pr`; a bad page index zero-fills the row).
+  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, int key0, int valid_rows,
+                                       int valid_chunks) const {
+    const bool col_ok = c < valid_chunks;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      bool ok = col_ok && r0 + i * kRowStep < valid_rows;
+      const char* src = ok ? pr.row(key0 + r0 + i * kRowStep, &ok) : pr.base;
+      cp_async_16(s_tile + s_off + i * kRowStep * 128, ok ? src + c * 16 : pr.base, ok);
     }
   }
 };

@@ -23,3 +23,6 @@ extern "C" fa_status fa_merge_cuda(const fa_merge_params*, void*) {
 extern "C" fa_status fa_internal_debug_fault(void*) {
   return fa::fail(FA_ERR_NO_CUDA, "flash-attention-node was built without CUDA");
 }
+extern "C" fa_status fa_internal_fill_random(void*, size_t, int, unsigned, void*) {
+  return fa::fail(FA_ERR_NO_CUDA, "flash-attention-node was built without CUDA");
+}

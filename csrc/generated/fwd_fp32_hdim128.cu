@@ -3,6 +3,6 @@
 
 namespace fa {
 namespace cuda {
-template fa_status run_fwd<float, 128>(FwdArgs, cudaStream_t);
+template fa_status run_fwd<float, 128, false>(FwdArgs, cudaStream_t);
 }  // namespace cuda
 }  // namespace fa

@@ -4,6 +4,6 @@
 
 namespace fa {
 namespace cuda {
-template fa_status run_fwd_sm90<__half, 64>(FwdArgs, cudaStream_t);
+template fa_status run_fwd_sm90<__half, 64, false>(FwdArgs, cudaStream_t);
 }  // namespace cuda
 }  // namespace fa

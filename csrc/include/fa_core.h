@@ -69,6 +69,7 @@ typedef struct fa_fwd_params {
   const int32_t* cu_seqlens_q;   // [batch + 1], non-decreasing, cu_seqlens_q[0] = 0
   const int32_t* cu_seqlens_k;   // [batch + 1] (packed K/V) or NULL (paged K/V)
   int total_q;                   // rows of q (= cu_seqlens_q[batch])
+  int total_k;                   // rows of packed k / v (= cu_seqlens_k[batch]; unused when paged)
   // Paged K/V (page_table != NULL, requires cu_seqlens_q): k and v are caches [num_pages, page_size,
   // Hkv, D]; token t of sequence b lives in page page_table[b * max_pages_per_seq + t / page_size],
   // row t % page_size. k_str.row / v_str.row: elements between consecutive tokens of a page,

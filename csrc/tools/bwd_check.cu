@@ -731,6 +731,14 @@ BwdFn variant_main() {
     a.causal = p->causal;
     a.scale = p->scale;
     a.scale_log2 = p->scale * 1.4426950408889634f;
+    a.p_scale = a.scale;
+    a.p_scale_log2 = a.scale_log2;
+    a.window_left = -1;
+    a.window_right = p->causal ? 0 : -1;
+    a.lse_batch = int64_t(p->heads) * p->seqlen_q;
+    a.lse_head = p->seqlen_q;
+    a.ws_batch = int64_t(p->heads) * a.nq_pad;
+    a.ws_head = a.nq_pad;
     const size_t rows = static_cast<size_t>(p->batch) * p->heads * a.nq_pad * 4;
     const size_t rb = (rows + 255) & ~static_cast<size_t>(255);
     char* w = static_cast<char*>(p->workspace);

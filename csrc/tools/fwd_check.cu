@@ -400,7 +400,11 @@ FwdFn variant_fwd() {
     a.causal = p->causal;
     a.negate_s = p->scale < 0;
     a.scale_log2 = std::max(std::fabs(p->scale) * 1.4426950408889634f, 1e-30f);
-    return fa::cuda::launch_fwd<Tr>(a, s);
+    a.window_left = -1;
+    a.window_right = p->causal ? 0 : -1;
+    a.lse_batch = int64_t(p->heads) * p->seqlen_q;
+    a.lse_head = p->seqlen_q;
+    return fa::cuda::launch_fwd<Tr, false>(a, s);
   };
 }
 struct Variant {

@@ -74,6 +74,10 @@ export interface AttnCase {
   deterministic?: boolean;
   /** do not pass causal: false / layout: 'bshd' explicitly (exercises the defaults). */
   omitDefaults?: boolean;
+  /** options.window */
+  window?: readonly [number, number];
+  /** options.softcap */
+  softcap?: number;
 }
 
 export function dimsOf(c: AttnCase): AttnDims {
@@ -87,6 +91,8 @@ export function dimsOf(c: AttnCase): AttnDims {
     causal: c.causal,
     scale: c.scale ?? defaultScale(c.D),
     layout: c.layout,
+    window: c.window,
+    softcap: c.softcap,
   };
 }
 
@@ -98,6 +104,8 @@ export function caseName(c: AttnCase): string {
     c.causal ? 'causal' : 'full',
   ];
   if (c.scale !== undefined) parts.push(`scale=${c.scale.toPrecision(4)}`);
+  if (c.window !== undefined) parts.push(`window=[${c.window.join(',')}]`);
+  if (c.softcap !== undefined) parts.push(`softcap=${c.softcap}`);
   if (c.cpu?.blockM !== undefined || c.cpu?.blockN !== undefined) parts.push(`blocks=${c.cpu?.blockM ?? '-'}x${c.cpu?.blockN ?? '-'}`);
   if (c.cpu?.threads !== undefined) parts.push(`threads=${c.cpu.threads}`);
   if (c.deterministic !== undefined) parts.push(`deterministic=${c.deterministic}`);
@@ -110,6 +118,8 @@ export function attnOptions(c: AttnCase, device: Device): Record<string, unknown
   if (c.causal || !c.omitDefaults) o.causal = c.causal;
   if (c.layout === 'bhsd' || !c.omitDefaults) o.layout = c.layout;
   if (c.scale !== undefined) o.scale = c.scale;
+  if (c.window !== undefined) o.window = c.window;
+  if (c.softcap !== undefined) o.softcap = c.softcap;
   if (device === 'cpu' && c.cpu) o.cpu = { ...c.cpu };
   return o;
 }

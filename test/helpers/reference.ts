@@ -243,6 +243,10 @@ export interface AttnDims {
   causal: boolean;
   scale: number;
   layout: Layout;
+  /** Sliding window [left, right] (-1: unbounded side), as the API's options.window. */
+  window?: readonly [number, number];
+  /** > 0: scores s become softcap * tanh(s / softcap). */
+  softcap?: number;
 }
 
 export function defaultScale(D: number): number {
@@ -264,16 +268,47 @@ export function lseShape(d: AttnDims): number[] {
   return [d.B, d.H, d.Nq];
 }
 
-/** Last key index row i may see (bottom-right aligned causal mask); -1 when it sees none. */
+/**
+ * Keys row i sees, [first, last] inclusive (first > last: none): with p = i + Nk - Nq (bottom-right
+ * alignment), keys j with p - left <= j <= p + right, 0 <= j < Nk; causal is right = 0, -1 or an
+ * absent window side is unbounded.
+ */
+export function visibleKeys(i: number, d: Pick<AttnDims, 'Nq' | 'Nk' | 'causal' | 'window'>): [number, number] {
+  const p = i + d.Nk - d.Nq;
+  const wl = d.window ? d.window[0] : -1;
+  const wr = d.window ? d.window[1] : -1;
+  let right = wr < 0 ? Infinity : wr;
+  if (d.causal) right = Math.min(right, 0);
+  const left = wl < 0 ? Infinity : wl;
+  return [Math.max(0, p - left), Math.min(d.Nk - 1, p + right)];
+}
+
+/** Last key index row i may see; -1 when it sees none. */
 export function lastVisibleKey(i: number, d: AttnDims): number {
-  return d.causal ? Math.min(d.Nk - 1, i + d.Nk - d.Nq) : d.Nk - 1;
+  const [lo, hi] = visibleKeys(i, d);
+  return lo > hi ? -1 : hi;
 }
 
 /** Query rows (indices into [0, Nq)) that see no key at all. */
 export function rowsWithoutKeys(d: AttnDims): number[] {
   const rows: number[] = [];
-  for (let i = 0; i < d.Nq; i++) if (lastVisibleKey(i, d) < 0) rows.push(i);
+  for (let i = 0; i < d.Nq; i++) {
+    const [lo, hi] = visibleKeys(i, d);
+    if (lo > hi) rows.push(i);
+  }
   return rows;
+}
+
+/** The score of a raw dot product: scale * dot, or softcap * tanh(scale * dot / softcap). */
+export function scoreOf(dot: number, d: Pick<AttnDims, 'scale' | 'softcap'>): number {
+  const s = dot * d.scale;
+  return d.softcap && d.softcap > 0 ? d.softcap * Math.tanh(s / d.softcap) : s;
+}
+/** d score / d dot. */
+export function scoreSlope(dot: number, d: Pick<AttnDims, 'scale' | 'softcap'>): number {
+  if (!(d.softcap && d.softcap > 0)) return d.scale;
+  const t = Math.tanh((dot * d.scale) / d.softcap);
+  return d.scale * (1 - t * t);
 }
 
 export interface FwdResult {
@@ -286,7 +321,7 @@ export interface FwdResult {
  * 0..lastVisibleKey(i); a row with no key gets out = 0 and lse = +Infinity.
  */
 export function refForward(q: ArrayLike<number>, k: ArrayLike<number>, v: ArrayLike<number>, d: AttnDims): FwdResult {
-  const { B, Nq, Nk, H, Hkv, D, scale, layout } = d;
+  const { B, Nq, Nk, H, Hkv, D, layout } = d;
   const out = new Float64Array(B * Nq * H * D);
   const lse = new Float64Array(B * H * Nq);
   const group = H / Hkv;
@@ -295,30 +330,30 @@ export function refForward(q: ArrayLike<number>, k: ArrayLike<number>, v: ArrayL
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / group);
       for (let i = 0; i < Nq; i++) {
-        const last = lastVisibleKey(i, d);
+        const [first, last] = visibleKeys(i, d);
         const li = (b * H + h) * Nq + i;
-        if (last < 0) {
+        if (first > last) {
           lse[li] = Infinity;
           continue;
         }
         const qo = rowOffset(layout, b, i, h, Nq, H, D);
         let m = -Infinity;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const ko = rowOffset(layout, b, j, hk, Nk, Hkv, D);
           let dot = 0;
           for (let x = 0; x < D; x++) dot += q[qo + x] * k[ko + x];
-          const sj = dot * scale;
+          const sj = scoreOf(dot, d);
           s[j] = sj;
           if (sj > m) m = sj;
         }
         let l = 0;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const e = Math.exp(s[j] - m);
           s[j] = e;
           l += e;
         }
         const inv = 1 / l;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const p = s[j] * inv;
           const vo = rowOffset(layout, b, j, hk, Nk, Hkv, D);
           for (let x = 0; x < D; x++) out[qo + x] += p * v[vo + x];
@@ -374,21 +409,22 @@ export function refBackward(
   const absScale = Math.abs(scale);
   const p = new Float64Array(Nk);
   const dp = new Float64Array(Nk);
+  const slope = new Float64Array(Nk);
   const kOff = new Int32Array(Nk);
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const hk = Math.floor(h / group);
       for (let j = 0; j < Nk; j++) kOff[j] = rowOffset(layout, b, j, hk, Nk, Hkv, D);
       for (let i = 0; i < Nq; i++) {
-        const last = lastVisibleKey(i, d);
+        const [first, last] = visibleKeys(i, d);
         const li = (b * H + h) * Nq + i;
-        if (last < 0) {
+        if (first > last) {
           lse[li] = Infinity;
           continue;
         }
         const qo = rowOffset(layout, b, i, h, Nq, H, D);
         let m = -Infinity;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const ko = kOff[j];
           let dot = 0;
           let dpj = 0;
@@ -396,27 +432,28 @@ export function refBackward(
             dot += q[qo + x] * k[ko + x];
             dpj += dout[qo + x] * v[ko + x];
           }
-          p[j] = dot * scale;
+          p[j] = scoreOf(dot, d);
+          slope[j] = scoreSlope(dot, d);
           dp[j] = dpj;
           if (p[j] > m) m = p[j];
         }
         let l = 0;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           p[j] = Math.exp(p[j] - m);
           l += p[j];
         }
         let Di = 0;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           p[j] /= l;
           Di += p[j] * dp[j];
         }
         lse[li] = m + Math.log(l);
         softmaxD[li] = Di;
         const absD = Math.abs(Di);
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const pj = p[j];
-          const ds = pj * (dp[j] - Di) * scale;
-          const dsMag = pj * (Math.abs(dp[j]) + absD) * absScale;
+          const ds = pj * (dp[j] - Di) * slope[j];
+          const dsMag = pj * (Math.abs(dp[j]) + absD) * Math.max(Math.abs(slope[j]), absScale * 1e-3);
           const ko = kOff[j];
           for (let x = 0; x < D; x++) {
             out[qo + x] += pj * v[ko + x];
@@ -470,6 +507,8 @@ export function naiveLowp(
   const group = H / Hkv;
   const p = new Float64Array(Nk);
   const dp = new Float64Array(Nk);
+  const tanhs = new Float64Array(Nk);
+  const cap = d.softcap && d.softcap > 0 ? d.softcap : 0;
   const acc = new Float32Array(D);
   const kOff = new Int32Array(Nk);
   for (let b = 0; b < B; b++) {
@@ -477,32 +516,37 @@ export function naiveLowp(
       const hk = Math.floor(h / group);
       for (let j = 0; j < Nk; j++) kOff[j] = rowOffset(layout, b, j, hk, Nk, Hkv, D);
       for (let i = 0; i < Nq; i++) {
-        const last = lastVisibleKey(i, d);
+        const [first, last] = visibleKeys(i, d);
         const li = (b * H + h) * Nq + i;
-        if (last < 0) {
+        if (first > last) {
           lse[li] = Infinity;
           continue;
         }
         const qo = rowOffset(layout, b, i, h, Nq, H, D);
         let m = -Infinity;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const ko = kOff[j];
           let dot = 0;
           for (let x = 0; x < D; x++) dot = fr(dot + q[qo + x] * k[ko + x]);
-          const s = R(fr(dot * scale32));
+          let s = R(fr(dot * scale32));
+          if (cap > 0) {
+            const t = fr(Math.tanh(fr(s / cap)));
+            tanhs[j] = t;
+            s = R(fr(cap * t));
+          }
           p[j] = s;
           if (s > m) m = s;
         }
         let l = 0;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const e = fr(Math.exp(p[j] - m));
           p[j] = e;
           l = fr(l + e);
         }
-        for (let j = 0; j <= last; j++) p[j] = R(fr(p[j] / l));
+        for (let j = first; j <= last; j++) p[j] = R(fr(p[j] / l));
         lse[li] = fr(m + fr(Math.log(l)));
         acc.fill(0);
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const pj = p[j];
           const ko = kOff[j];
           for (let x = 0; x < D; x++) acc[x] += pj * v[ko + x];
@@ -512,7 +556,7 @@ export function naiveLowp(
         const dO = dout as ArrayLike<number>;
         let Di = 0;
         if (dFromOut) for (let x = 0; x < D; x++) Di = fr(Di + dO[qo + x] * out[qo + x]);
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const ko = kOff[j];
           let dot = 0;
           for (let x = 0; x < D; x++) dot = fr(dot + dO[qo + x] * v[ko + x]);
@@ -520,8 +564,9 @@ export function naiveLowp(
           if (!dFromOut) Di = fr(Di + p[j] * dp[j]);
         }
         acc.fill(0);
-        for (let j = 0; j <= last; j++) {
-          const ds = R(fr(p[j] * fr(dp[j] - Di)));
+        for (let j = first; j <= last; j++) {
+          let ds = R(fr(p[j] * fr(dp[j] - Di)));
+          if (cap > 0) ds = R(fr(ds * fr(1 - fr(tanhs[j] * tanhs[j]))));
           const pj = p[j];
           const ko = kOff[j];
           for (let x = 0; x < D; x++) {

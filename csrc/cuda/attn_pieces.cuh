@@ -1,0 +1,117 @@
+// Pieces every attention kernel is built from (STYLE.md, "Pieces of a kernel"), one place each:
+//   SeqInfo       where a sequence's rows live: dense [B, N, H, D], packed by cu_seqlens (varlen),
+//                 or a paged K/V cache; kernels ask it for lengths and row offsets
+//   KeyWindow     which keys a row sees (sequence end, causal, sliding window: one rule, bottom-right
+//                 aligned), the key range of a block of rows, and whether a tile needs the mask
+//   PagedRows     the address of key t of a sequence in a paged cache
+//   softcap       the score modifier s -> softcap * tanh(s * scale / softcap) and its derivative
+// The forward and backward kernels (mma.sync, fp32, wgmma) and the decode kernel all use these.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/ptx.cuh"
+
+namespace fa {
+namespace cuda {
+
+// "Unbounded" for a window side: large enough that p - kUnbounded < 0 and p + kUnbounded >= any
+// key count, small enough that neither overflows an int (sequence lengths stay below 2^28).
+constexpr int kUnbounded = 1 << 30;
+
+// One sequence of a call: its query and key counts and the packed row of its first query / key
+// (0 for dense tensors, whose batch stride does the work).
+struct SeqInfo {
+  int nq, nk;
+  int64_t q_row0, k_row0;
+};
+
+// Index arrays come from the caller (possibly device tensors nobody checked): every value is
+// clamped so that a bad one can give wrong numbers but never an out-of-bounds access.
+__device__ __forceinline__ SeqInfo seq_info(int b, int seqlen_q, int seqlen_k, const int32_t* cu_q,
+                                            const int32_t* cu_k, const int32_t* seqlens_k, int total_q,
+                                            int total_k, int max_keys) {
+  SeqInfo s;
+  if (cu_q == nullptr) {
+    s.nq = seqlen_q;
+    s.nk = seqlen_k;
+    s.q_row0 = s.k_row0 = 0;
+    return s;
+  }
+  const int q0 = min(max(__ldg(cu_q + b), 0), total_q);
+  const int q1 = min(max(__ldg(cu_q + b + 1), q0), total_q);
+  s.q_row0 = q0;
+  s.nq = min(q1 - q0, seqlen_q);
+  if (seqlens_k != nullptr) {  // paged: keys are addressed through the page table
+    s.nk = min(max(__ldg(seqlens_k + b), 0), min(max_keys, seqlen_k));
+    s.k_row0 = 0;
+  } else {
+    const int k0 = min(max(__ldg(cu_k + b), 0), total_k);
+    const int k1 = min(max(__ldg(cu_k + b + 1), k0), total_k);
+    s.k_row0 = k0;
+    s.nk = min(k1 - k0, seqlen_k);
+  }
+  return s;
+}
+
+// Which keys query row i (0-based within its sequence) sees: with p = i + nk - nq (bottom-right
+// alignment), keys j with p - left <= j <= p + right and 0 <= j < nk. left / right are kUnbounded
+// for an open side; causal is right = 0.
+struct KeyWindow {
+  int nk, shift, left, right;
+
+  __device__ __forceinline__ KeyWindow(const SeqInfo& s, int window_left, int window_right) {
+    nk = s.nk;
+    shift = s.nk - s.nq;
+    left = window_left < 0 ? kUnbounded : window_left;
+    right = window_right < 0 ? kUnbounded : window_right;
+  }
+  // First visible key of row i (may be <= 0) and one past the last (may be <= lo: none).
+  __device__ __forceinline__ int lo(int i) const { return i + shift - left; }
+  __device__ __forceinline__ int hi(int i) const { return min(nk, i + shift + right + 1); }
+  // Keys any of the rows [r0, r1] sees: [*kmin, *kmax) (empty when kmax <= kmin).
+  __device__ __forceinline__ void keys_of_rows(int r0, int r1, int* kmin, int* kmax) const {
+    *kmin = max(0, lo(r0));
+    *kmax = hi(r1);
+  }
+  // Rows that see any of the keys [k0, k1]: [*rmin, *rmax) (not clamped to the sequence).
+  __device__ __forceinline__ void rows_of_keys(int k0, int k1, int* rmin, int* rmax) const {
+    *rmin = k0 - shift - right;            // row i sees k0 only if k0 <= i + shift + right
+    *rmax = k1 - shift + left + 1;         // and k1 only if k1 >= i + shift - left
+    if (right >= kUnbounded / 2) *rmin = -kUnbounded;
+    if (left >= kUnbounded / 2) *rmax = kUnbounded;
+  }
+  // True when some (row, key) of rows [r0, r1] x keys [k0, k0 + n) is masked.
+  __device__ __forceinline__ bool needs_mask(int k0, int n, int r0, int r1) const {
+    return k0 + n > nk || k0 + n - 1 > r0 + shift + right || k0 < r1 + shift - left;
+  }
+};
+
+// Key t of one sequence's kv head in a paged cache: page table[t / page_size], row t % page_size.
+// A page index outside [0, num_pages) reads as nothing (zero-filled by the loaders).
+struct PagedRows {
+  const char* base;       // cache + kv head offset (bytes)
+  const int32_t* table;   // this sequence's page-table row
+  int page_size, num_pages;
+  int64_t row_bytes;      // between consecutive tokens of a page
+  __device__ __forceinline__ const char* row(int t, bool* ok) const {
+    const int pg = __ldg(table + t / page_size);
+    *ok = static_cast<unsigned>(pg) < static_cast<unsigned>(num_pages);
+    return base + (static_cast<int64_t>(*ok ? pg : 0) * page_size + t % page_size) * row_bytes;
+  }
+};
+
+// tanh for the score modifier: 1 - 2 / (2^(2x log2 e) + 1) on the SFU: absolute error ~1e-7 (what
+// the scores need; the softmax sees softcap * tanh), +-1 in the limits. The fp32 kernels use tanhf.
+__device__ __forceinline__ float tanh_fast(float x) {
+  const float e = fast_exp2(x * 2.8853900817779268f);  // 2 log2(e)
+  return 1.f - __fdividef(2.f, e + 1.f);
+}
+template <bool kPrecise>
+__device__ __forceinline__ float softcap_tanh(float x) {
+  if constexpr (kPrecise) return tanhf(x);
+  else return tanh_fast(x);
+}
+
+}  // namespace cuda
+}  // namespace fa

@@ -1,0 +1,144 @@
+// Combine of attention partials over disjoint key sets by their lse (one small kernel): the
+// split-KV step of the decode path and mergeAttention.
+//   lse = log(sum_i exp(lse_i)),  out = sum_i exp(lse_i - lse) * out_i
+// A partial whose lse is +inf or -inf saw no key and contributes nothing; a row no partial saw gets
+// out = 0 and lse = +inf (the library's convention for "no key").
+// One warp per (row, head); lanes take 4 columns at a time. Up to kMaxCombine partials per launch
+// (fa_merge_cuda chains launches for more, through an fp32 partial).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace fa {
+namespace cuda {
+
+constexpr int kMaxCombine = 32;
+
+struct CombineArgs {
+  // Partial i: out at o[i] (or o_base + i * o_stride when o_base is set), lse at lse[i] (or
+  // lse_base + i * lse_stride). Bit i of f32_mask: partial i is float32 (else the kernel's TI).
+  const void* o[kMaxCombine];
+  const float* lse[kMaxCombine];
+  const void* o_base;
+  const float* lse_base;
+  int64_t o_stride, lse_stride;  // elements
+  uint32_t f32_mask;
+  int num;
+  // Rows: [batch, seqlen, heads]; out_i row (b, i, h) at ((b * seqlen + i) * heads + h) * in_head,
+  // lse_i at (b * heads + h) * seqlen + i. The output the same with out_head.
+  int batch, seqlen, heads, head_dim, in_head, out_head;
+  void* out;
+  float* lse_out;
+  // Split-KV with a mixed batch: rows of sequences with nq * group > decode_rows are skipped (the
+  // row-block kernel wrote them). cu_seqlens_q null: no filter.
+  const int32_t* cu_seqlens_q;
+  int num_seqs, group, decode_rows;
+};
+
+template <typename TO>
+__device__ __forceinline__ void store4(TO* p, float4 v);
+template <>
+__device__ __forceinline__ void store4<float>(float* p, float4 v) {
+  *reinterpret_cast<float4*>(p) = v;
+}
+template <>
+__device__ __forceinline__ void store4<__half>(__half* p, float4 v) {
+  __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<uint32_t*>(&a);
+  u.y = *reinterpret_cast<uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+template <>
+__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16* p, float4 v) {
+  __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<uint32_t*>(&a);
+  u.y = *reinterpret_cast<uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(p) = u;
+}
+
+template <typename TI>
+__device__ __forceinline__ float4 load4(const void* p, bool f32) {
+  if (f32 || sizeof(TI) == 4) return *reinterpret_cast<const float4*>(p);
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  if constexpr (std::is_same<TI, __half>::value) {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+  } else {
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+  }
+}
+
+// TO: the output element type; partials are TI or float32 (f32_mask).
+template <typename TI, typename TO>
+__global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = static_cast<int64_t>(c.batch) * c.seqlen * c.heads;
+  const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t nwarps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t row = warp0; row < rows; row += nwarps) {
+    const int h = static_cast<int>(row % c.heads);
+    const int64_t bi = row / c.heads;  // b * seqlen + i
+    const int i = static_cast<int>(bi % c.seqlen);
+    const int b = static_cast<int>(bi / c.seqlen);
+    if (c.cu_seqlens_q != nullptr) {
+      // The sequence of token i (b is 0 here: partials are packed [1, total_q, H]).
+      int lo = 0, hi = c.num_seqs;  // find s with cu[s] <= i < cu[s + 1]
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) >> 1;
+        if (__ldg(c.cu_seqlens_q + mid) <= i) lo = mid;
+        else hi = mid;
+      }
+      const int nq = __ldg(c.cu_seqlens_q + lo + 1) - __ldg(c.cu_seqlens_q + lo);
+      if (nq * c.group > c.decode_rows) continue;
+    }
+    const int64_t lse_off = (static_cast<int64_t>(b) * c.heads + h) * c.seqlen + i;
+    float m = -INFINITY;
+    for (int p = 0; p < c.num; ++p) {
+      const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
+      if (l < INFINITY) m = fmaxf(m, l);  // +inf: no keys (the library's convention)
+    }
+    float* const lse_dst = c.lse_out + lse_off;
+    char* const o_dst = static_cast<char*>(c.out) + (bi * c.heads + h) * c.out_head * sizeof(TO);
+    if (m == -INFINITY) {  // no partial saw a key
+      for (int col = lane * 4; col < c.head_dim; col += 128)
+        store4<TO>(reinterpret_cast<TO*>(o_dst) + col, make_float4(0.f, 0.f, 0.f, 0.f));
+      if (lane == 0) *lse_dst = INFINITY;
+      continue;
+    }
+    float sum = 0.f;
+    for (int p = 0; p < c.num; ++p) {
+      const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
+      if (l < INFINITY && l > -INFINITY) sum += expf(l - m);
+    }
+    const float inv = 1.f / sum;
+    for (int col = lane * 4; col < c.head_dim; col += 128) {
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int p = 0; p < c.num; ++p) {
+        const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
+        if (!(l < INFINITY && l > -INFINITY)) continue;
+        const float w = expf(l - m) * inv;
+        const bool f32 = (c.f32_mask >> p) & 1u;
+        const size_t es = f32 ? 4 : sizeof(TI);
+        const char* base = c.o_base ? static_cast<const char*>(c.o_base) + p * c.o_stride * es
+                                    : static_cast<const char*>(c.o[p]);
+        const float4 x = load4<TI>(base + ((bi * c.heads + h) * c.in_head + col) * es, f32);
+        acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
+      }
+      store4<TO>(reinterpret_cast<TO*>(o_dst) + col, acc);
+    }
+    __syncwarp();  // every lane is done reading the lse values (the output may be partial 0's)
+    if (lane == 0) *lse_dst = m + logf(sum);
+  }
+}
+
+}  // namespace cuda
+}  // namespace fa

@@ -1,0 +1,54 @@
+// CUDA: the masks and score modifiers in every forward and backward kernel (mma.sync, fp32, wgmma;
+// atomic and deterministic backward), packed variable-length batches forward and backward (empty
+// sequences, index arrays as Int32Array and as device tensors), the paged KV cache (appendKV with
+// rotary, page sizes 1..64 in shuffled order, pagedAttention for decode with GQA packing and
+// split-KV, prefill chunks, both mixed), and mergeAttention; against float64 references.
+// Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
+import { it } from 'vitest';
+import { caseName, checkBackwardCase, checkForwardCase } from '../helpers/harness';
+import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type PagedCase } from '../helpers/inference';
+import { maskedDenseCases, mergeCases, pagedCases, varlenCases } from '../helpers/inference-cases';
+import { describeGpu } from '../helpers/reference';
+
+const DS = [8, 32, 64, 72, 128, 256];
+
+describeGpu('CUDA: window and softcap (dense)', () => {
+  for (const c of maskedDenseCases(8101, 60, { Ns: [1, 7, 64, 65, 127, 128, 129, 300, 511], Ds: DS, budget: 3e7, gpu: true })) {
+    it(`forward ${caseName(c)}`, () => checkForwardCase(c, 'cuda'));
+  }
+  for (const c of maskedDenseCases(8102, 40, { Ns: [1, 7, 64, 65, 128, 129, 300], Ds: [8, 64, 96, 128, 256], budget: 1e7, gpu: true })) {
+    it(`backward ${caseName(c)}`, () => checkBackwardCase(c, 'cuda'));
+  }
+});
+
+describeGpu('CUDA: variable-length batches', () => {
+  for (const c of varlenCases(8201, 30, { maxLen: 300, Ds: DS, maxB: 6, backward: false, gpu: true })) {
+    it(`forward ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
+  }
+  for (const c of varlenCases(8202, 24, { maxLen: 200, Ds: [8, 64, 128, 256], maxB: 5, backward: true, gpu: true })) {
+    it(`backward ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
+  }
+});
+
+describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
+  for (const c of pagedCases(8301, 48, { maxBefore: 700, maxFresh: 90, Ds: [64, 128, 256, 8, 96], maxB: 5, gpu: true, pageSizes: [1, 3, 16, 64, 256] })) {
+    it(pagedName(c), () => checkPagedCase(c, 'cuda'));
+  }
+  // Long caches: the split-KV path with many splits, GQA 32/8 (one 16-row pass per kv head).
+  const long: PagedCase[] = [
+    { seed: 1, before: [6000], fresh: [1], pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'float16' },
+    { seed: 2, before: [5000, 17, 3000], fresh: [1, 1, 1], pageSize: 1, H: 32, Hkv: 8, D: 128, dtype: 'bfloat16', causal: true },
+    { seed: 3, before: [4100, 900], fresh: [1, 40], pageSize: 16, H: 16, Hkv: 2, D: 64, dtype: 'float16', causal: true, window: [512, 0] },
+    { seed: 4, before: [3000], fresh: [2], pageSize: 64, H: 8, Hkv: 8, D: 256, dtype: 'bfloat16', softcap: 30, scale: 0.5, numSplits: 9 },
+    { seed: 5, before: [2500, 2600], fresh: [1, 1], pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'float16', rotary: { dim: 128, interleaved: false }, deviceIndex: true },
+    { seed: 6, before: [1500], fresh: [300], nq: [300], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float32', causal: true },
+  ];
+  for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+});
+
+describeGpu('CUDA: mergeAttention', () => {
+  for (const c of mergeCases(8401, 12, { Ds: [8, 64, 128], maxParts: 6 })) {
+    it(`${c.dtype} parts=${c.parts} B${c.B} N${c.N} H${c.H} D${c.D} ${c.packed ? 'packed' : 'dense'}`, () => checkMergeCase(c, 'cuda'));
+  }
+  it('float16, 40 parts (more than one combine launch)', () => checkMergeCase({ seed: 9, parts: 40, B: 1, N: 33, H: 3, D: 64, dtype: 'float16', packed: true }, 'cuda'));
+});

@@ -1,0 +1,235 @@
+// The stream-ordered execution model on the GPU: device calls are queued in call order and their
+// Promises settle once queued; host reads wait for the work that produced the tensor; dispose()
+// while queued work still uses a tensor is safe; out= / dq= write into caller tensors; memoryStats,
+// emptyCache (another process can then have the memory) and synchronize.
+// Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { expect, it } from 'vitest';
+import {
+  Tensor, emptyCache, flashAttention, flashAttentionBackward, memoryStats, resetPeakMemoryStats, synchronize,
+} from '../../lib/index';
+import {
+  type AttnDims, Rng, bytesEqual, defaultScale, describeGpu, disposeAll, randomTensor, rawBytes, refForward, relL2, toF64,
+} from '../helpers/reference';
+
+async function dev(t: Tensor): Promise<Tensor> {
+  const d = await t.to('cuda');
+  t.dispose();
+  return d;
+}
+
+describeGpu('CUDA stream-ordered execution', () => {
+  it('a chain of 12 dependent calls with no wait in between matches the step-by-step result bit for bit', async () => {
+    const rng = new Rng(1201);
+    const shape = [2, 300, 8, 64];
+    const q0 = await dev(randomTensor(rng, shape, 'float16').tensor);
+    const k = await dev(randomTensor(rng, [2, 300, 2, 64], 'float16').tensor);
+    const v = await dev(randomTensor(rng, [2, 300, 2, 64], 'float16').tensor);
+    // Step by step: each call's result read back (host sync) before the next call.
+    let x = q0;
+    const steps: Uint8Array[] = [];
+    for (let i = 0; i < 12; i++) {
+      const r = await flashAttention(x, k, v, { causal: i % 2 === 0 });
+      steps.push(await rawBytes(r.out));
+      if (x !== q0) x.dispose();
+      r.lse.dispose();
+      x = r.out;
+    }
+    x.dispose();
+    // Chained: outputs feed the next call at once (the awaits return queued results), inputs of
+    // finished steps disposed right away, one read at the end.
+    let y = q0;
+    const outs: Tensor[] = [];
+    for (let i = 0; i < 12; i++) {
+      const r = await flashAttention(y, k, v, { causal: i % 2 === 0 });
+      if (y !== q0) y.dispose();
+      r.lse.dispose();
+      outs.push(r.out);
+      y = r.out;
+    }
+    expect(bytesEqual(await rawBytes(y), steps[11])).toBe(true);
+    // With caller-owned outputs the calls need not even be awaited: two buffers, ping-pong.
+    const a = await Tensor.empty(shape, { dtype: 'float16', device: 'cuda' });
+    const b = await Tensor.empty(shape, { dtype: 'float16', device: 'cuda' });
+    const lse = await Tensor.empty([2, 8, 300], { dtype: 'float32', device: 'cuda' });
+    const pending: Promise<unknown>[] = [];
+    pending.push(flashAttention(q0, k, v, { causal: true, out: a, lse }));
+    for (let i = 1; i < 12; i++) {
+      const [src, dst] = i % 2 === 1 ? [a, b] : [b, a];
+      pending.push(flashAttention(src, k, v, { causal: i % 2 === 0, out: dst, lse }));
+    }
+    const last = 11 % 2 === 1 ? b : a;
+    expect(bytesEqual(await rawBytes(last), steps[11])).toBe(true);
+    const results = await Promise.all(pending);
+    expect((results[11] as { out: Tensor }).out).toBe(last);
+    disposeAll(y, q0, k, v, a, b, lse);
+  });
+
+  it('inputs disposed while the work that reads them is queued: results unaffected', async () => {
+    const rng = new Rng(1202);
+    const d: AttnDims = { B: 2, Nq: 1000, Nk: 1000, H: 8, Hkv: 8, D: 128, causal: false, scale: defaultScale(128), layout: 'bshd' };
+    const hq = randomTensor(rng, [2, 1000, 8, 128], 'float32');
+    const hk = randomTensor(rng, [2, 1000, 8, 128], 'float32');
+    const hv = randomTensor(rng, [2, 1000, 8, 128], 'float32');
+    const ref = refForward(hq.values, hk.values, hv.values, d);
+    const results: Tensor[] = [];
+    for (let i = 0; i < 6; i++) {
+      const [q, k, v] = await Promise.all([hq.tensor.to('cuda'), hk.tensor.to('cuda'), hv.tensor.to('cuda')]);
+      const r = await flashAttention(q, k, v);
+      disposeAll(q, k, v, r.lse);  // freed in stream order: the queued kernel still reads them
+      // Fresh allocations that reuse the freed memory, filled at once: must not disturb the call.
+      const junk = await Tensor.zeros([2, 1000, 8, 128], { dtype: 'float32', device: 'cuda' });
+      junk.dispose();
+      results.push(r.out);
+    }
+    for (const r of results) expect(relL2(await toF64(r), ref.out)).toBeLessThan(1e-5);
+    disposeAll(...results, hq.tensor, hk.tensor, hv.tensor);
+  });
+
+  it('out / lse options: the results are the caller tensors; wrong shape, dtype, device or aliasing are rejected', async () => {
+    const rng = new Rng(1203);
+    const q = await dev(randomTensor(rng, [1, 77, 4, 64], 'bfloat16').tensor);
+    const k = await dev(randomTensor(rng, [1, 90, 2, 64], 'bfloat16').tensor);
+    const out = await Tensor.empty([1, 77, 4, 64], { dtype: 'bfloat16', device: 'cuda' });
+    const lse = await Tensor.empty([1, 4, 77], { dtype: 'float32', device: 'cuda' });
+    const r = await flashAttention(q, k, k, { causal: true, out, lse });
+    expect(r.out).toBe(out);
+    expect(r.lse).toBe(lse);
+    const plain = await flashAttention(q, k, k, { causal: true });
+    expect(bytesEqual(await rawBytes(out), await rawBytes(plain.out))).toBe(true);
+    expect(bytesEqual(await rawBytes(lse), await rawBytes(plain.lse))).toBe(true);
+    const wrongShape = await Tensor.empty([1, 77, 4, 32], { dtype: 'bfloat16', device: 'cuda' });
+    const wrongType = await Tensor.empty([1, 77, 4, 64], { dtype: 'float16', device: 'cuda' });
+    const onHost = await Tensor.empty([1, 77, 4, 64], { dtype: 'bfloat16' });
+    await expect(flashAttention(q, k, k, { out: wrongShape })).rejects.toThrow(RangeError);
+    await expect(flashAttention(q, k, k, { out: wrongShape })).rejects.toThrow(/options\.out\.shape/);
+    await expect(flashAttention(q, k, k, { out: wrongType })).rejects.toThrow(/options\.out\.dtype.*bfloat16.*float16/);
+    await expect(flashAttention(q, k, k, { out: onHost })).rejects.toThrow(/options\.out\.device.*cuda:0.*cpu/);
+    await expect(flashAttention(q, k, k, { out: q })).rejects.toThrow(/options\.out must not be one of the inputs/);
+    await expect(flashAttention(q, k, k, { lse: out })).rejects.toThrow(TypeError);
+    // Backward into caller tensors.
+    const dout = await dev(randomTensor(rng, [1, 77, 4, 64], 'bfloat16').tensor);
+    const g0 = await flashAttentionBackward(dout, q, k, k, out, lse, { causal: true });
+    const dq = await Tensor.empty(q.shape, { dtype: 'bfloat16', device: 'cuda' });
+    const dk = await Tensor.empty(k.shape, { dtype: 'bfloat16', device: 'cuda' });
+    const dv = await Tensor.empty(k.shape, { dtype: 'bfloat16', device: 'cuda' });
+    const g = await flashAttentionBackward(dout, q, k, k, out, lse, { causal: true, dq, dk, dv, deterministic: true });
+    expect(g.dq).toBe(dq);
+    expect(g.dk).toBe(dk);
+    expect(g.dv).toBe(dv);
+    const gd = await flashAttentionBackward(dout, q, k, k, out, lse, { causal: true, deterministic: true });
+    expect(bytesEqual(await rawBytes(dq), await rawBytes(gd.dq))).toBe(true);
+    expect(bytesEqual(await rawBytes(dk), await rawBytes(gd.dk))).toBe(true);
+    expect(bytesEqual(await rawBytes(dv), await rawBytes(gd.dv))).toBe(true);
+    await expect(flashAttentionBackward(dout, q, k, k, out, lse, { dq: dk })).rejects.toThrow(/options\.dq\.shape/);
+    disposeAll(q, k, out, lse, plain.out, plain.lse, wrongShape, wrongType, onHost, dout, g0.dq, g0.dk, g0.dv, dq, dk, dv,
+      gd.dq, gd.dk, gd.dv);
+  });
+
+  it('results dispose together (Symbol.dispose on results and tensors)', async () => {
+    const rng = new Rng(1204);
+    const q = await dev(randomTensor(rng, [1, 16, 2, 64], 'float16').tensor);
+    const r = await flashAttention(q, q, q);
+    r[Symbol.dispose]();
+    expect(r.out.disposed).toBe(true);
+    expect(r.lse.disposed).toBe(true);
+    q[Symbol.dispose]();
+    expect(q.disposed).toBe(true);
+  });
+
+  it('synchronize(): resolves once queued work is done; the CPU form resolves at once', async () => {
+    const rng = new Rng(1205);
+    const q = await dev(randomTensor(rng, [4, 2048, 16, 128], 'float16').tensor);
+    const rs = [];
+    for (let i = 0; i < 8; i++) rs.push(await flashAttention(q, q, q));
+    await synchronize();
+    await synchronize('cuda:0');
+    await synchronize('cpu');
+    for (const r of rs) disposeAll(r.out, r.lse);
+    disposeAll(q);
+  });
+
+  it('memoryStats follows allocations; emptyCache hands pooled memory back so that another process can use it', async () => {
+    await synchronize();
+    await emptyCache();
+    resetPeakMemoryStats();
+    const s0 = memoryStats();
+    for (const key of ['allocated', 'reserved', 'peakAllocated', 'free', 'total'] as const) {
+      expect(typeof s0[key]).toBe('number');
+    }
+    expect(s0.total).toBeGreaterThan(1e9);
+    // Take 60% of what is free, give it back to the pool (not the driver).
+    const bytes = Math.floor((0.6 * s0.free) / (2 ** 30)) * 2 ** 30;
+    const n = bytes / 4;
+    const parts: Tensor[] = [];
+    for (let left = n; left > 0; left -= 2 ** 30) parts.push(await Tensor.zeros([Math.min(left, 2 ** 30)], { dtype: 'float32', device: 'cuda' }));
+    await synchronize();
+    const s1 = memoryStats();
+    expect(s1.allocated - s0.allocated).toBeGreaterThanOrEqual(bytes);
+    expect(s1.peakAllocated).toBeGreaterThanOrEqual(s1.allocated);
+    disposeAll(...parts);
+    await synchronize();
+    const s2 = memoryStats();
+    expect(s2.allocated).toBeLessThan(s1.allocated - bytes / 2);
+    expect(s2.reserved).toBeGreaterThanOrEqual(bytes);  // still pooled
+    // Another process asks for that much: it cannot have it while we hold it in the pool...
+    const child = (gib: number) => spawnSync(process.execPath, ['-e', `
+      const { Tensor, synchronize } = require(${JSON.stringify(path.resolve(__dirname, '../../dist/index.js'))});
+      (async () => {
+        const parts = [];
+        try {
+          for (let left = ${gib}; left > 0; left--) parts.push(await Tensor.zeros([2 ** 28], { dtype: 'float32', device: 'cuda' }));
+          await synchronize();
+          console.log('ok');
+        } catch (e) { console.log('failed: ' + e.message); }
+      })();`], { encoding: 'utf8', timeout: 120_000 });
+    const gib = bytes / 2 ** 30;
+    const before = child(gib);
+    expect(before.stdout.trim(), before.stderr).toMatch(/^failed: .*cudaError/);
+    // ... and can after emptyCache().
+    await emptyCache();
+    const s3 = memoryStats();
+    console.log(`emptyCache released ${((s2.reserved - s3.reserved) / 2 ** 30).toFixed(2)} GiB ` +
+      `(reserved ${(s2.reserved / 2 ** 30).toFixed(2)} -> ${(s3.reserved / 2 ** 30).toFixed(2)} GiB; device free ${(s2.free / 2 ** 30).toFixed(1)} -> ${(s3.free / 2 ** 30).toFixed(1)} GiB)`);
+    expect(s3.reserved).toBeLessThan(s2.reserved - bytes / 2);
+    expect(s3.free).toBeGreaterThan(s2.free + bytes / 2);
+    const after = child(gib);
+    expect(after.stdout.trim(), after.stderr).toBe('ok');
+  });
+
+  it('a small call plus a read of its result, many times: every read sees its own call', async () => {
+    const rng = new Rng(1206);
+    const q = await dev(randomTensor(rng, [1, 128, 4, 64], 'float16').tensor);
+    const k = await dev(randomTensor(rng, [1, 128, 4, 64], 'float16').tensor);
+    const first = await flashAttention(q, k, k);
+    const want = await rawBytes(first.lse);
+    for (let i = 0; i < 50; i++) {
+      const r = await flashAttention(q, k, k);
+      expect(bytesEqual(await rawBytes(r.lse), want)).toBe(true);
+      disposeAll(r.out, r.lse);
+    }
+    disposeAll(q, k, first.out, first.lse);
+  });
+
+  it('the JS thread keeps running while large downloads and long queues complete', async () => {
+    const rng = new Rng(1207);
+    const q = await dev(randomTensor(rng, [1, 8192, 16, 128], 'float16').tensor);
+    let ticks = 0;
+    let stop = false;
+    const spin = () => {
+      ticks++;
+      if (!stop) setImmediate(spin);
+    };
+    setImmediate(spin);
+    const rs = [];
+    for (let i = 0; i < 6; i++) rs.push(await flashAttention(q, q, q, { causal: true }));
+    const big = await rs[5].out.toFloat32Array();  // 32 MiB: the snapshot path
+    stop = true;
+    expect(big.length).toBe(8192 * 16 * 128);
+    expect(big.every(Number.isFinite)).toBe(true);
+    expect(ticks).toBeGreaterThan(1);
+    for (const r of rs) disposeAll(r.out, r.lse);
+    disposeAll(q);
+  });
+});

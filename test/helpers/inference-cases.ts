@@ -1,0 +1,114 @@
+// Random case sets of the inference features, shared by the CPU suite (small) and the GPU suite
+// (more and larger): masks (window edges, causal + window, softcap with large scores), varlen
+// batches with empty sequences, paged caches of any page size with shuffled pages, rotary in both
+// layouts and partial dims, GQA groups 1..8.
+import type { AttnCase } from './harness';
+import type { MaskSpec, MergeCase, PagedCase, VarlenCase } from './inference';
+import { Rng, type DType } from './reference';
+
+const DTYPES: DType[] = ['float16', 'bfloat16', 'float32'];
+
+/** A random mask: none, causal, a window (edges 0, 1, small, large, -1), causal + window, softcap. */
+export function randomMask(rng: Rng, nk: number): MaskSpec {
+  const m: MaskSpec = {};
+  const kind = rng.int(0, 5);
+  const side = () => rng.pick([-1, 0, 1, 2, rng.int(3, Math.max(3, nk)), nk + 5]);
+  if (kind === 1) m.causal = true;
+  if (kind === 2 || kind === 4) m.window = [side(), side()];
+  if (kind === 3) {
+    m.causal = true;
+    m.window = [side(), rng.pick([-1, 0, 3])];
+  }
+  if (kind === 4 || kind === 5 || rng.bool(0.2)) {
+    m.softcap = rng.pick([5, 30, 50]);
+    // Large scores under the cap: a scale that makes |scale * q.k| reach well past softcap.
+    if (rng.bool(0.5)) m.scale = rng.pick([0.5, 1.0, 2.0]);
+  }
+  return m;
+}
+
+/** Dense cases with windows / softcap for the existing forward / backward harness. */
+export function maskedDenseCases(seed: number, count: number, opts: { Ns: number[]; Ds: number[]; budget: number; gpu: boolean }): AttnCase[] {
+  const rng = new Rng(seed);
+  const out: AttnCase[] = [];
+  while (out.length < count) {
+    const Nq = rng.pick(opts.Ns), Nk = rng.pick(opts.Ns);
+    const D = rng.pick(opts.Ds);
+    const Hkv = rng.pick([1, 2]);
+    const H = Hkv * rng.pick([1, 2, 4, 8]);
+    const B = rng.pick([1, 2]);
+    if (B * H * Nq * Nk * D > opts.budget) continue;
+    const m = randomMask(rng, Nk);
+    out.push({
+      seed: seed * 1000 + out.length, B, Nq, Nk, H, Hkv, D, causal: m.causal ?? false,
+      scale: m.scale, window: m.window, softcap: m.softcap,
+      layout: rng.bool() ? 'bshd' : 'bhsd', dtype: DTYPES[out.length % 3],
+      deterministic: opts.gpu && rng.bool(0.3) ? true : undefined,
+    });
+  }
+  return out;
+}
+
+function lens(rng: Rng, B: number, maxLen: number, allowEmpty: boolean): number[] {
+  return Array.from({ length: B }, () => (allowEmpty && rng.bool(0.15) ? 0 : rng.int(1, maxLen)));
+}
+
+export function varlenCases(seed: number, count: number, opts: { maxLen: number; Ds: number[]; maxB: number; backward: boolean; gpu: boolean }): VarlenCase[] {
+  const rng = new Rng(seed);
+  const out: VarlenCase[] = [];
+  for (let i = 0; i < count; i++) {
+    const B = rng.int(1, opts.maxB);
+    const lensQ = lens(rng, B, opts.maxLen, true);
+    const same = rng.bool(0.5);
+    const lensK = same ? [...lensQ] : lens(rng, B, opts.maxLen, true);
+    const Hkv = rng.pick([1, 2]);
+    const m = randomMask(rng, opts.maxLen);
+    out.push({
+      seed: seed * 1000 + i, lensQ, lensK, H: Hkv * rng.pick([1, 2, 4, 8]), Hkv, D: rng.pick(opts.Ds),
+      dtype: DTYPES[i % 3], ...m, deviceIndex: rng.bool(0.4), backward: opts.backward,
+      deterministic: opts.gpu && opts.backward && rng.bool(0.3) ? true : undefined,
+    });
+  }
+  return out;
+}
+
+export function pagedCases(seed: number, count: number, opts: { maxBefore: number; maxFresh: number; Ds: number[]; maxB: number; gpu: boolean; pageSizes: number[] }): PagedCase[] {
+  const rng = new Rng(seed);
+  const out: PagedCase[] = [];
+  for (let i = 0; i < count; i++) {
+    const B = rng.int(1, opts.maxB);
+    const decode = rng.bool(0.5);
+    const before = Array.from({ length: B }, () => (rng.bool(0.1) ? 0 : rng.int(1, opts.maxBefore)));
+    const fresh = Array.from({ length: B }, () => (decode ? rng.pick([0, 1, 1, 1, 2]) : rng.int(0, opts.maxFresh)));
+    const total = before.map((x, b) => x + fresh[b]);
+    // Query counts: the fresh tokens, sometimes a few more of the cached ones (chunked prefill).
+    const nq = fresh.map((f, b) => Math.min(total[b], f + (rng.bool(0.2) ? rng.int(0, 3) : 0)));
+    const Hkv = rng.pick([1, 2, 4, 8]);
+    const group = rng.pick([1, 2, 4, 8]);
+    const D = rng.pick(opts.Ds);
+    const m = randomMask(rng, Math.max(...total, 1));
+    const rot = rng.bool(0.4) ? {
+      dim: rng.pick([D, Math.max(2, 2 * Math.floor(D / 4)), 2 * Math.floor(D / 2)].filter((x) => x >= 2 && x <= D && x % 2 === 0)),
+      interleaved: rng.bool(),
+    } : undefined;
+    out.push({
+      seed: seed * 1000 + i, before, fresh, nq, pageSize: rng.pick(opts.pageSizes), H: Hkv * group, Hkv, D,
+      dtype: DTYPES[i % 3], ...m, rotary: rot,
+      numSplits: opts.gpu && rng.bool(0.3) ? rng.pick([1, 2, 3, 7]) : undefined,
+      deviceIndex: rng.bool(0.4), spare: rng.int(0, 4),
+    });
+  }
+  return out;
+}
+
+export function mergeCases(seed: number, count: number, opts: { Ds: number[]; maxParts: number }): MergeCase[] {
+  const rng = new Rng(seed);
+  const out: MergeCase[] = [];
+  for (let i = 0; i < count; i++) {
+    out.push({
+      seed: seed * 1000 + i, parts: rng.int(1, opts.maxParts), B: rng.int(1, 3), N: rng.int(1, 40), H: rng.int(1, 4),
+      D: rng.pick(opts.Ds), dtype: DTYPES[i % 3], packed: rng.bool(),
+    });
+  }
+  return out;
+}
