@@ -6,6 +6,7 @@ export {
   flashAttention, flashAttentionBackward, attentionFlops,
   type AttentionOptions, type BackwardOptions, type AttentionResult, type BackwardResult,
 } from './attention';
+export { loaderInfo, type LoaderInfo, type LoadAttempt, type AddonSource } from './loader';
 
 export interface DeviceInfo {
   index: number;

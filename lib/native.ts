@@ -1,5 +1,5 @@
 // Typed view of the native binding (csrc/binding/addon.cpp). Internal: the public API is index.ts.
-import bindings from 'bindings';
+import { loadAddon } from './loader';
 
 /** Handle of one device allocation; frees it on dispose() or when garbage-collected. */
 export interface NativeDeviceBuffer {
@@ -41,4 +41,4 @@ export interface NativeBinding {
     wantD: boolean): Promise<NativeDeviceBuffer[]>;
 }
 
-export const native: NativeBinding = bindings('flash_attention_node');
+export const native: NativeBinding = loadAddon<NativeBinding>();
