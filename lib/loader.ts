@@ -79,8 +79,9 @@ let info: LoaderInfo | null = null;
 export function loadAddon<T>(): T {
   const root = packageRoot();
   const attempts: LoadAttempt[] = [];
+  const candidates = addonCandidates(root);
   debug(`loader: package root ${root}, platform ${platformTag()}, glibc ${glibcVersion() ?? 'none'}`);
-  for (const c of addonCandidates(root)) {
+  for (const c of candidates) {
     if (!fs.existsSync(c.path)) {
       attempts.push({ ...c, outcome: 'missing', detail: 'no such file' });
       debug(`loader: ${c.source} ${c.path}: not there`);
@@ -101,7 +102,7 @@ export function loadAddon<T>(): T {
         : 'no source build loaded, so the prebuilt binary shipped in the package is used';
     const detail = passed.length ? `${why} (${passed.join('; ')})` : why;
     attempts.push({ ...c, outcome: 'loaded', detail });
-    for (const rest of addonCandidates(root).slice(attempts.length)) {
+    for (const rest of candidates.slice(attempts.length)) {
       attempts.push({ ...rest, outcome: 'skipped', detail: 'not tried: an earlier candidate loaded' });
     }
     info = { path: c.path, source: c.source, reason: detail, attempts, packageRoot: root, platformTag: platformTag() };

@@ -13,6 +13,7 @@
 const { spawnSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
+const { probeAddon } = require('./addon-probe');
 
 const root = path.resolve(__dirname, '..');
 const tag = `${process.platform}-${process.arch}`;
@@ -25,29 +26,19 @@ const debugOn = /^(1|true|yes|on)$/i.test(process.env.FA_DEBUG || '');
 function buildFromSourceAsked() {
   const flag = process.env.npm_config_build_from_source;
   const env = process.env.FA_BUILD_FROM_SOURCE;
-  if (env !== undefined && env !== '') return /^(1|true|yes|on)$/i.test(env) ? true : false;
+  if (env !== undefined && env !== '') return /^(1|true|yes|on)$/i.test(env);
   if (flag === undefined || flag === '' || /^(false|0)$/i.test(flag)) return null;
   return flag === 'true' || flag.split(',').includes('flash-attention-node');
 }
 
-// Loads the prebuilt in a child process (a crash or hang there cannot take the install down) and
-// returns null when it loads, else why not.
+// Returns null when the prebuilt loads here (checked in a child process), else why not.
 function prebuiltProblem() {
   if (!fs.existsSync(prebuilt)) return `there is no prebuilt binary for ${tag}`;
-  const probe = `const m = require(${JSON.stringify(prebuilt)}); const b = m.buildInfo();
-    console.log(JSON.stringify({ cuda: b.cuda, cudaArchs: b.cudaArchs, version: b.version }));`;
-  const r = spawnSync(process.execPath, ['-e', probe], { encoding: 'utf8', timeout: 30_000 });
-  if (debugOn) say(`prebuilt check: status ${r.status}, stdout ${r.stdout.trim()}, stderr ${r.stderr.trim()}`);
-  if (r.error) return `loading it failed: ${r.error.message}`;
-  if (r.status !== 0) {
-    const err = r.stderr.split('\n').find((l) => /Error|error|GLIBC|cannot open/.test(l)) || r.stderr.trim();
-    return `it does not load here: ${err || `exit status ${r.status}, signal ${r.signal}`}`;
-  }
-  try {
-    const b = JSON.parse(r.stdout.trim().split('\n').pop());
-    say(`using the prebuilt binary for ${tag} (version ${b.version}, ` +
-      `${b.cuda ? `CUDA architectures ${b.cudaArchs.join(', ')}` : 'CPU backend only'})`);
-  } catch { say(`using the prebuilt binary for ${tag}`); }
+  const r = probeAddon(prebuilt);
+  if (debugOn) say(`prebuilt check of ${prebuilt}: ${JSON.stringify(r)}`);
+  if (r.error) return `it does not load here: ${r.error}`;
+  say(`using the prebuilt binary for ${tag} (version ${r.info.version}, ` +
+    `${r.info.cuda ? `CUDA architectures ${r.info.cudaArchs.join(', ')}` : 'CPU backend only'})`);
   return null;
 }
 

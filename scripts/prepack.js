@@ -13,6 +13,7 @@
 const { spawnSync, execFileSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
+const { probeAddon } = require('./addon-probe');
 
 const root = path.resolve(__dirname, '..');
 const pkg = require(path.join(root, 'package.json'));
@@ -50,10 +51,9 @@ function buildDefaults(extra = {}) {
 }
 
 function buildInfoOf(file) {
-  const r = spawnSync(process.execPath, ['-e', `console.log(JSON.stringify(require(${JSON.stringify(file)}).buildInfo()))`],
-    { encoding: 'utf8', timeout: 60_000 });
-  if (r.status !== 0) throw new Error(`${file} does not load: ${r.stderr.trim()}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop());
+  const r = probeAddon(file, 60_000);
+  if (r.error) throw new Error(`${file} does not load: ${r.stderr || r.error}`);
+  return r.info;
 }
 
 // Highest GLIBC_x.y / GLIBCXX_3.4.z / CXXABI_1.3.z symbol version named in the binary.

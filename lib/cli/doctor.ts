@@ -12,6 +12,7 @@
 import * as fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type * as Api from '../index';
+import { randn } from '../random';
 
 type DType = Api.DType;
 
@@ -100,19 +101,6 @@ function caseName(c: Case): string {
   return `${c.dtype} B${c.B} Nq${c.Nq} Nk${c.Nk} H${c.H}/${c.Hkv} D${c.D}${c.causal ? ' causal' : ''}`;
 }
 
-// Uniform in [-2, 2), seeded (mulberry32): small, reproducible inputs.
-function randomArray(n: number, seed: number): Float32Array {
-  let s = seed >>> 0;
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(s ^ (s >>> 15), s | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 4 - 2;
-  }
-  return out;
-}
-
 /** Naive float64 attention (bshd), causal aligned bottom-right: out [B, Nq, H, D], lse [B, H, Nq]. */
 export function naiveAttention(c: Case, q: Float32Array, k: Float32Array, v: Float32Array): { out: Float64Array; lse: Float64Array } {
   const { B, Nq, Nk, H, Hkv, D } = c;
@@ -156,7 +144,7 @@ interface Inputs { c: Case; host: [Api.Tensor, Api.Tensor, Api.Tensor]; seen: [F
 
 async function makeInputs(api: typeof Api, c: Case, seed: number): Promise<Inputs> {
   const shapes = [[c.B, c.Nq, c.H, c.D], [c.B, c.Nk, c.Hkv, c.D], [c.B, c.Nk, c.Hkv, c.D]];
-  const host = shapes.map((s, i) => api.Tensor.from(randomArray(s.reduce((a, b) => a * b), seed * 3 + i), s,
+  const host = shapes.map((s, i) => api.Tensor.from(randn(s.reduce((a, b) => a * b), seed * 3 + i), s,
     { dtype: c.dtype })) as Inputs['host'];
   // The values as the kernels see them (rounded to the dtype).
   const seen = await Promise.all(host.map((t) => t.toFloat32Array())) as Inputs['seen'];

@@ -1,9 +1,12 @@
 // The doctor (lib/cli/doctor.ts): architecture coverage, the self-test and the report.
 import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { cudaVersion, diagnose, kernelsFor, naiveAttention, renderReport, scaledError } from '../../lib/cli/doctor';
-import { devices } from '../../lib/index';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { cudaVersion, diagnose, kernelsFor, naiveAttention, renderReport, scaledError, selfTest } from '../../lib/cli/doctor';
+import * as api from '../../lib/index';
+import { devices, Tensor } from '../../lib/index';
+
+afterEach(() => { vi.restoreAllMocks(); });
 
 const DEFAULT_ARCHS = ['80-real', '90a-real', '90-virtual'];
 
@@ -62,6 +65,34 @@ describe('doctor', () => {
     expect(text).toMatch(/result: OK/);
     if (devices().length === 0) expect(text).toMatch(/no GPU/);
   }, 120_000);
+
+  it('checks a device against the CPU backend, skips head dims it has no kernels for, flags wrong results', async () => {
+    // A pretend cuda:0 that is the CPU: to() copies the tensor.
+    const onDevice = new WeakSet<Tensor>();
+    vi.spyOn(Tensor.prototype, 'to').mockImplementation(async function (this: Tensor) {
+      const t = Tensor.from(await this.toTypedArray(), this.shape, { dtype: this.dtype });
+      onDevice.add(t);
+      return t;
+    });
+    const fake = { ...api, buildInfo: () => ({ ...api.buildInfo(), cudaHeadDims: [64] }) };
+    const good = (await selfTest(fake, [0])).filter((r) => r.target === 'cuda:0');
+    expect(good.length).toBe(4);
+    expect(good.every((r) => r.ok)).toBe(true);
+    expect(good.filter((r) => r.case.includes(' D64')).every((r) => r.against === 'cpu backend' && r.maxErrOut === 0)).toBe(true);
+    expect(good.filter((r) => r.case.includes(' D128')).map((r) => r.error))
+      .toEqual(Array(2).fill('skipped: this build has no CUDA kernels for head dim 128'));
+    // The pretend device returns a slightly wrong out.
+    const wrong = { ...fake, flashAttention: async (...args: Parameters<typeof api.flashAttention>) => {
+      const r = await api.flashAttention(...args);
+      if (!onDevice.has(args[0])) return r;
+      const o = await r.out.toFloat32Array();
+      o[o.length - 1] += 0.05;
+      return { out: Tensor.from(o, r.out.shape), lse: r.lse };
+    } };
+    const bad = (await selfTest(wrong, [0])).filter((r) => r.target === 'cuda:0' && !r.error);
+    expect(bad.length).toBe(2);
+    expect(bad.every((r) => !r.ok && r.maxErrOut > 1 && r.maxErrLse === 0)).toBe(true);
+  });
 
   it('the command line rejects unknown commands and prints its version', () => {
     const bin = path.resolve(__dirname, '..', '..', 'bin', 'flash-attention-node.js');

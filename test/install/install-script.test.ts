@@ -17,7 +17,7 @@ type Prebuilt = 'good' | 'broken' | 'none';
 function install(prebuilt: Prebuilt, env: Record<string, string> = {}, git = false) {
   const dir = fs.mkdtempSync(path.join(scratch, 'pkg-'));
   fs.mkdirSync(path.join(dir, 'scripts'));
-  fs.copyFileSync(path.join(root, 'scripts', 'install.js'), path.join(dir, 'scripts', 'install.js'));
+  for (const f of ['install.js', 'addon-probe.js']) fs.copyFileSync(path.join(root, 'scripts', f), path.join(dir, 'scripts', f));
   fs.writeFileSync(path.join(dir, 'scripts', 'build-native.js'), "console.log('STUB BUILD RAN');\n");
   if (git) fs.writeFileSync(path.join(dir, '.git'), 'gitdir: elsewhere\n');
   if (prebuilt !== 'none') {
