@@ -22,7 +22,7 @@ const built = path.join(root, 'build', 'Release', 'flash_attention_node.node');
 const outDir = path.join(root, 'prebuilds', tag);
 const out = path.join(outDir, 'flash_attention_node.node');
 const say = (msg) => console.log(`flash-attention-node prepack: ${msg}`);
-const DEFAULTS = { FA_CUDA: 'AUTO', FA_CUDA_ARCHS: '80-real;90a-real;90-virtual', FA_HEAD_DIMS: '' };
+const DEFAULTS = { FA_CUDA: 'AUTO', FA_CUDA_ARCHS: '80-real;90a-real;90-virtual', FA_HEAD_DIMS: '', FA_BUILD_TOOLS: 'OFF' };
 
 function nvccPath() {
   for (const dir of (process.env.PATH || '').split(path.delimiter)) {
