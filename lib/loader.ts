@@ -15,7 +15,7 @@ export type AddonSource = 'FA_ADDON_PATH' | 'build' | 'prebuilt';
 export interface LoadAttempt {
   source: AddonSource;
   path: string;
-  /** 'loaded', 'missing' (no such file) or 'failed' (the file is there but did not load). */
+  /** 'loaded'; 'missing' (no such file); 'failed' (there but did not load); 'skipped' (an earlier one loaded). */
   outcome: 'loaded' | 'missing' | 'failed' | 'skipped';
   /** Why it was passed over (the dlopen error for 'failed'); for 'loaded', why it was chosen. */
   detail: string;
