@@ -37,8 +37,9 @@ export interface LoaderInfo {
   prebuilt?: Record<string, unknown>;
 }
 
+const debugOn = (): boolean => /^(1|true|yes|on)$/i.test(process.env.FA_DEBUG ?? '');
 function debug(msg: string): void {
-  if (/^(1|true|yes|on)$/i.test(process.env.FA_DEBUG ?? '')) process.stderr.write(`[flash-attention-node] ${msg}\n`);
+  if (debugOn()) process.stderr.write(`[flash-attention-node] ${msg}\n`);
 }
 
 /** The folder holding this package's package.json (dist/lib/.. /.. when compiled, lib/.. in source). */
@@ -80,7 +81,8 @@ export function loadAddon<T>(): T {
   const root = packageRoot();
   const attempts: LoadAttempt[] = [];
   const candidates = addonCandidates(root);
-  debug(`loader: package root ${root}, platform ${platformTag()}, glibc ${glibcVersion() ?? 'none'}`);
+  // glibcVersion() costs a process report (~20 ms): only when logging.
+  if (debugOn()) debug(`loader: package root ${root}, platform ${platformTag()}, glibc ${glibcVersion() ?? 'none'}`);
   for (const c of candidates) {
     if (!fs.existsSync(c.path)) {
       attempts.push({ ...c, outcome: 'missing', detail: 'no such file' });
