@@ -11,6 +11,7 @@ export {
   flashAttentionVarlen, flashAttentionVarlenBackward, appendKV, pagedAttention, mergeAttention,
   type IndexArray, type Rotary, type VarlenOptions, type VarlenBackwardOptions, type PagedOptions, type AppendKVOptions,
 } from './inference';
+export { loaderInfo, type LoaderInfo, type LoadAttempt, type AddonSource } from './loader';
 
 export interface DeviceInfo {
   index: number;

@@ -4,7 +4,7 @@
 // array whose element S.<name> holds tensor <name>. The index of each name comes from the addon
 // itself (native.layout(), generated from csrc/binding/fields.h), and loading fails loudly when a
 // name used here is missing there, so the two sides cannot drift apart silently.
-import bindings from 'bindings';
+import { loadAddon } from './loader';
 
 /** Opaque handle of one device allocation (a napi External); freed by free() or by the GC. */
 export interface Handle { readonly __faHandle: never }
@@ -40,7 +40,7 @@ interface RawBinding {
   cudaSupports(dtype: number, headDim: number): boolean;
 }
 
-export const native: RawBinding = bindings('flash_attention_node');
+export const native: RawBinding = loadAddon<RawBinding>();
 
 const FIELD_NAMES = ['device', 'batch', 'seqlen_q', 'seqlen_k', 'heads', 'heads_k', 'head_dim', 'dtype', 'causal',
   'bhsd', 'scale', 'softcap', 'has_window', 'window_left', 'window_right', 'block_m', 'block_n', 'threads',
