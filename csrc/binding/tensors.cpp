@@ -155,6 +155,7 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
       },
       [=](Napi::Env e2, const std::string& r) {
         keep->Reset();
+        ctx->MakeCurrent();
         std::string msg;
         if (r.empty()) {
           const cudaError_t w = cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx->stream()), copied, 0);
