@@ -12,7 +12,7 @@
 //                    [--seqlen 512,1024,...] [--dir fwd,bwd] [--compare torch] [--reps 30]
 //                    [--warmup 5] [--api-ms 150] [--out bench/out] [--fp32] [--overhead] [--quick]
 //                    [--deterministic] [--decode] [--varlen] [--serve] [--grid off]
-//   --decode   paged decode bandwidth (GQA 32/8, D 128, fp16, page 16 shuffled and page 1; B 1/16/64
+//   --decode   paged decode bandwidth (--decode-splits 1,2,4,...: also at fixed split counts) (GQA 32/8, D 128, fp16, page 16 shuffled and page 1; B 1/16/64
 //              x 4k/16k/64k cached tokens) next to torch cuDNN / flash SDPA on contiguous K/V
 //   --varlen   packed prefill (lengths 100..8k, 16k tokens, causal, D 128) against the dense kernel
 //              at equal work, and the same through a paged cache (pagedAttention)
@@ -184,6 +184,13 @@ async function overhead(): Promise<string> {
   const v = await randomDevice([1, 128, 4, 64], 'float16', 13);
   const call = async () => { const r = await flashAttention(q, k, v); r.out.dispose(); r.lse.dispose(); };
   const perCall = await apiTime(call, 200, 0.005);
+  const kernel = median(await benchmarkForward(q, k, v, {}, 20, 200));
+  // Host side alone: the time to queue 400 calls (fewer than the launch queue holds).
+  await synchronize();
+  const t0 = performance.now();
+  for (let i = 0; i < 400; i++) await call();
+  const submit = (performance.now() - t0) / 400;
+  await synchronize();
   // One call plus reading its (small) lse back, each iteration waiting for the read.
   const rt = async () => { const r = await flashAttention(q, k, v); await r.lse.toTypedArray(); r.out.dispose(); r.lse.dispose(); };
   for (let i = 0; i < 50; i++) await rt();
@@ -197,7 +204,8 @@ async function overhead(): Promise<string> {
   const round = median(rounds);
   [q, k, v].forEach((t) => t.dispose());
   return `Per-call cost ([1, 128, 4, 64] fp16, device-resident): ${(perCall * 1000).toFixed(1)} us per call back-to-back ` +
-    `(closed by synchronize()); ${(round * 1000).toFixed(1)} us for a call plus reading its lse back`;
+    `(closed by synchronize(); host time to queue a call ${(submit * 1000).toFixed(1)} us, kernel ${(kernel * 1000).toFixed(1)} us); ` +
+    `${(round * 1000).toFixed(1)} us for a call plus reading its lse back`;
 }
 
 // ---- decode ------------------------------------------------------------------------------------
@@ -220,7 +228,7 @@ function pageTable(B: number, N: number, page: number, seed: number): { table: I
   return { table: perm, pages, maxPages };
 }
 
-async function decodeBench(apiMs: number, warmup: number, reps: number, compare: boolean): Promise<DecodeRow[]> {
+async function decodeBench(apiMs: number, warmup: number, reps: number, compare: boolean, sweep: number[]): Promise<DecodeRow[]> {
   const H = 32, Hkv = 8, D = 128;
   const cells: DecodeCell[] = [];
   for (const B of [1, 16, 64]) for (const N of [4096, 16384, 65536]) if (B * N <= 1 << 20) cells.push({ B, N, page: 16 });
@@ -242,6 +250,13 @@ async function decodeBench(apiMs: number, warmup: number, reps: number, compare:
     const bytes = 2 * B * N * Hkv * D * 2;
     const ms = await apiTime(async () => { const r = await pagedAttention(q, kc, vc, opts); r.out.dispose(); r.lse.dispose(); }, apiMs, 0.02);
     rows.push({ cell, impl: 'ours', us: ms * 1000, tbps: bytes / (ms / 1000) / 1e12 });
+    // --decode-splits: the same cell at fixed split counts (tuning the automatic choice).
+    if (page === 16) {
+      for (const numSplits of sweep) {
+        const t = await apiTime(async () => { const r = await pagedAttention(q, kc, vc, { ...opts, numSplits }); r.out.dispose(); r.lse.dispose(); }, apiMs, 0.02);
+        rows.push({ cell, impl: `ours splits=${numSplits}`, us: t * 1000, tbps: bytes / (t / 1000) / 1e12 });
+      }
+    }
     process.stderr.write(`\rbench decode: B${B} N${N} page ${page}: ${(bytes / (ms / 1000) / 1e12).toFixed(2)} TB/s      `);
     [kc, vc, q, idx.pageTable, idx.seqlensK, idx.cuSeqlensQ].forEach((t) => t.dispose());
   }
@@ -472,7 +487,8 @@ async function main() {
   if (args.overhead) extra.push(await overhead());
   let decodeRows: DecodeRow[] = [];
   if (args.decode) {
-    decodeRows = await decodeBench(apiMs, warmup, reps, args.compare === 'torch');
+    const sweep = list(args['decode-splits'], '').map(Number).filter((x) => x > 0);
+    decodeRows = await decodeBench(apiMs, warmup, reps, args.compare === 'torch', sweep);
     extra.push('', '| decode cell | impl | us | K/V TB/s | ours / torch cudnn |', '| --- | --- | --- | --- | --- |');
     for (const r of decodeRows) {
       const peer = decodeRows.find((x) => x.impl === 'torch cudnn' && x.cell.B === r.cell.B && x.cell.N === r.cell.N);

@@ -6,7 +6,7 @@
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, disposableResult, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -47,8 +47,10 @@ export interface BackwardOptions extends MaskOptions {
   dv?: Tensor;
 }
 
-export interface AttentionResult { out: Tensor; lse: Tensor; [Symbol.dispose](): void }
-export interface BackwardResult { dq: Tensor; dk: Tensor; dv: Tensor; softmaxD?: Tensor; [Symbol.dispose](): void }
+/** out and lse; `using r = await flashAttention(...)` disposes both. */
+export type AttentionResult = OutLse;
+/** dq, dk, dv (and softmaxD when asked); disposable together. */
+export type BackwardResult = Grads;
 
 const MASK_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu'] as const;
 const FWD_OPTIONS = [...MASK_OPTIONS, 'layout', 'out', 'lse'] as const;
@@ -67,8 +69,14 @@ interface Problem extends Mask {
 }
 
 /** Index of each logical dimension in a 4-D attention tensor, per layout. */
-function axes(bhsd: boolean) {
-  return bhsd ? { batch: 0, seqlen: 2, heads: 1, headDim: 3 } : { batch: 0, seqlen: 1, heads: 2, headDim: 3 };
+const AXES_BSHD = { batch: 0, seqlen: 1, heads: 2, headDim: 3 } as const;
+const AXES_BHSD = { batch: 0, seqlen: 2, heads: 1, headDim: 3 } as const;
+type Axes = typeof AXES_BSHD | typeof AXES_BHSD;
+function axes(bhsd: boolean): Axes {
+  return bhsd ? AXES_BHSD : AXES_BSHD;
+}
+function dimName(name: string, ax: Axes, key: keyof Axes): string {
+  return `${name}.shape[${ax[key]}] (${key})`;
 }
 
 export function checkTensorArg(fn: string, name: string, t: unknown): Tensor {
@@ -78,7 +86,8 @@ export function checkTensorArg(fn: string, name: string, t: unknown): Tensor {
 }
 
 export function deviceIndex(t: Tensor): number {
-  return t.device === 'cpu' ? -1 : Number(t.device.slice(5));
+  const d = t.device;
+  return d === 'cpu' ? -1 : d === 'cuda:0' ? 0 : Number(d.slice(5));
 }
 
 function check4d(fn: string, name: string, t: Tensor, bhsd: boolean): void {
@@ -132,9 +141,13 @@ export function checkMask(fn: string, opts: Record<string, unknown>, D: number):
 }
 
 /** CUDA head-dim support of this build (RangeError naming the argument). */
+const cudaHeadDims = new Map<number, boolean>();
 export function checkCudaHeadDim(fn: string, arg: string, dtype: DType, D: number): void {
   if (D % 8 !== 0) throw rangeError(fn, arg, 'must be a multiple of 8 on CUDA', D);
-  if (!native.cudaSupports(DTYPE_CODE[dtype], D)) {
+  const key = DTYPE_CODE[dtype] * 1024 + D;
+  let ok = cudaHeadDims.get(key);
+  if (ok === undefined) cudaHeadDims.set(key, ok = native.cudaSupports(DTYPE_CODE[dtype], D));
+  if (!ok) {
     throw rangeError(fn, arg, `has no CUDA ${dtype} kernel in this build (${describe(native.buildInfo().cudaHeadDims)})`, D);
   }
 }
@@ -149,38 +162,43 @@ function checkProblem(fn: string, q: unknown, k: unknown, v: unknown, opts: Reco
   if (layout !== 'bshd' && layout !== 'bhsd') throw rangeError(fn, 'options.layout', `must be 'bshd' or 'bhsd'`, layout);
   const bhsd = layout === 'bhsd';
   const ax = axes(bhsd);
-  for (const [name, t] of [['q', tq], ['k', tk], ['v', tv]] as const) check4d(fn, name, t, bhsd);
-  const [B, Nq, H, D] = [tq.shape[ax.batch], tq.shape[ax.seqlen], tq.shape[ax.heads], tq.shape[ax.headDim]];
-  const dimName = (name: string, key: keyof typeof ax) => `${name}.shape[${ax[key]}] (${key})`;
+  check4d(fn, 'q', tq, bhsd);
+  check4d(fn, 'k', tk, bhsd);
+  check4d(fn, 'v', tv, bhsd);
+  const qs = tq.shape, ks = tk.shape, vs = tv.shape;
+  const B = qs[0], Nq = qs[ax.seqlen], H = qs[ax.heads], D = qs[3];
   if (D < 1 || D > MAX_HEAD_DIM) {
-    throw rangeError(fn, dimName('q', 'headDim'), `must be between 1 and ${MAX_HEAD_DIM}`, D);
+    throw rangeError(fn, dimName('q', ax, 'headDim'), `must be between 1 and ${MAX_HEAD_DIM}`, D);
   }
-  if (H < 1) throw rangeError(fn, dimName('q', 'heads'), 'must be at least 1', H);
-  const Nk = tk.shape[ax.seqlen];
-  const Hkv = tk.shape[ax.heads];
-  if (tk.shape[ax.batch] !== B) throw rangeError(fn, dimName('k', 'batch'), `must equal q.shape[${ax.batch}] = ${B}`, tk.shape[ax.batch]);
-  if (tk.shape[ax.headDim] !== D) throw rangeError(fn, dimName('k', 'headDim'), `must equal q.shape[${ax.headDim}] = ${D}`, tk.shape[ax.headDim]);
+  if (H < 1) throw rangeError(fn, dimName('q', ax, 'heads'), 'must be at least 1', H);
+  const Nk = ks[ax.seqlen];
+  const Hkv = ks[ax.heads];
+  if (ks[0] !== B) throw rangeError(fn, dimName('k', ax, 'batch'), `must equal q.shape[0] = ${B}`, ks[0]);
+  if (ks[3] !== D) throw rangeError(fn, dimName('k', ax, 'headDim'), `must equal q.shape[3] = ${D}`, ks[3]);
   if (Hkv < 1 || H % Hkv !== 0) {
-    throw rangeError(fn, dimName('k', 'heads'), `must divide q.shape[${ax.heads}] = ${H} (query heads; MQA/GQA need H % Hkv == 0)`, Hkv);
+    throw rangeError(fn, dimName('k', ax, 'heads'), `must divide q.shape[${ax.heads}] = ${H} (query heads; MQA/GQA need H % Hkv == 0)`, Hkv);
   }
-  for (const key of ['batch', 'seqlen', 'heads', 'headDim'] as const) {
-    if (tv.shape[ax[key]] !== tk.shape[ax[key]]) {
-      throw rangeError(fn, dimName('v', key), `must equal k.shape[${ax[key]}] = ${tk.shape[ax[key]]}`, tv.shape[ax[key]]);
+  for (let i = 0; i < 4; i++) {
+    if (vs[i] !== ks[i]) {
+      const key = (['batch', 'seqlen', 'heads', 'headDim'] as const).find((x) => ax[x] === i)!;
+      throw rangeError(fn, dimName('v', ax, key), `must equal k.shape[${i}] = ${ks[i]}`, vs[i]);
     }
   }
-  for (const [name, t] of [['k', tk], ['v', tv]] as const) {
-    if (t.dtype !== tq.dtype) throw typeError(fn, `${name}.dtype`, `must equal q.dtype = '${tq.dtype}'`, t.dtype);
-    if (t.device !== tq.device) throw typeError(fn, `${name}.device`, `must equal q.device = '${tq.device}'`, t.device);
-  }
+  if (tk.dtype !== tq.dtype) throw typeError(fn, 'k.dtype', `must equal q.dtype = '${tq.dtype}'`, tk.dtype);
+  if (tv.dtype !== tq.dtype) throw typeError(fn, 'v.dtype', `must equal q.dtype = '${tq.dtype}'`, tv.dtype);
+  if (tk.device !== tq.device) throw typeError(fn, 'k.device', `must equal q.device = '${tq.device}'`, tk.device);
+  if (tv.device !== tq.device) throw typeError(fn, 'v.device', `must equal q.device = '${tq.device}'`, tv.device);
   if (tq.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tq.dtype);
-  for (const [name, t] of [['q', tq], ['k', tk]] as const) {
-    if (t.size > MAX_ELEMENTS) throw rangeError(fn, `${name}.shape`, 'must hold at most 2^31-1 elements', t.shape);
-  }
-  if (B * H * Nq > MAX_ELEMENTS) throw rangeError(fn, 'q.shape', 'must have batch*heads*seqlen at most 2^31-1', tq.shape);
-  const mask = checkMask(fn, opts, D);
+  if (tq.size > MAX_ELEMENTS) throw rangeError(fn, 'q.shape', 'must hold at most 2^31-1 elements', qs);
+  if (tk.size > MAX_ELEMENTS) throw rangeError(fn, 'k.shape', 'must hold at most 2^31-1 elements', ks);
+  if (B * H * Nq > MAX_ELEMENTS) throw rangeError(fn, 'q.shape', 'must have batch*heads*seqlen at most 2^31-1', qs);
+  const m = checkMask(fn, opts, D);
   const device = deviceIndex(tq);
-  if (device >= 0) checkCudaHeadDim(fn, dimName('q', 'headDim'), tq.dtype, D);
-  return { B, Nq, Nk, H, Hkv, D, dtype: tq.dtype, device, bhsd, ...mask };
+  if (device >= 0) checkCudaHeadDim(fn, dimName('q', ax, 'headDim'), tq.dtype, D);
+  return {
+    B, Nq, Nk, H, Hkv, D, dtype: tq.dtype, device, bhsd, causal: m.causal, scale: m.scale, softcap: m.softcap,
+    hasWindow: m.hasWindow, left: m.left, right: m.right, blockM: m.blockM, blockN: m.blockN, threads: m.threads,
+  };
 }
 
 /**
@@ -271,10 +289,10 @@ export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: 
   let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', p.device, inputs);
   if (out !== undefined && out === lse) throw typeError(fn, 'options.lse', 'must not be options.out', 'the same Tensor', true);
   if (p.B * p.Nq * p.H === 0) {  // nothing to write
-    return disposableResult({
-      out: out ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
-      lse: lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
-    });
+    return new OutLse(
+      out ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
+      lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
+    );
   }
   const P = params(p);
   if (p.device < 0) {
@@ -286,10 +304,10 @@ export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: 
     out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
   });
   let i = 0;
-  return disposableResult({
-    out: out ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
-    lse: lse ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32'),
-  });
+  return new OutLse(
+    out ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
+    lse ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32'),
+  );
 }
 
 /**
@@ -327,13 +345,12 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
     throw typeError(fn, 'options.dq/dk/dv', 'must be three different tensors', 'the same Tensor twice', true);
   }
   if (p.B * p.H * p.Nq === 0 && p.B * p.Hkv * p.Nk === 0) {
-    const r: Omit<BackwardResult, typeof Symbol.dispose> = {
-      dq: dq ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
-      dk: dk ?? await Tensor.empty(k.shape, { dtype: p.dtype, device: q.device }),
-      dv: dv ?? await Tensor.empty(v.shape, { dtype: p.dtype, device: q.device }),
-    };
-    if (wantD) r.softmaxD = await Tensor.empty(lseShape, { dtype: 'float32', device: q.device });
-    return disposableResult(r);
+    return new Grads(
+      dq ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
+      dk ?? await Tensor.empty(k.shape, { dtype: p.dtype, device: q.device }),
+      dv ?? await Tensor.empty(v.shape, { dtype: p.dtype, device: q.device }),
+      wantD ? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }) : undefined,
+    );
   }
   const P = params(p);
   P[F.deterministic] = deterministic ? 1 : 0;
@@ -351,13 +368,10 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
     softmax_d: p.device < 0 ? slotOf(softmaxD, fn, 'softmaxD') : wantD,
   });
   let i = 0;
-  const r: Omit<BackwardResult, typeof Symbol.dispose> = {
-    dq: dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
-    dk: dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype),
-    dv: dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype),
-  };
-  if (wantD) r.softmaxD = softmaxD ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32');
-  return disposableResult(r);
+  const tdq = dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype);
+  const tdk = dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype);
+  const tdv = dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype);
+  return new Grads(tdq, tdk, tdv, wantD ? softmaxD ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32') : undefined);
 }
 
 /**

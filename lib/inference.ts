@@ -14,7 +14,7 @@ import {
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, native, newParams, type Handle, type HostArray } from './native';
-import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, disposableResult, type DType } from './tensor';
+import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, OutLse, Grads, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
 export type IndexArray = Int32Array | Tensor;
@@ -57,7 +57,7 @@ export interface PagedOptions extends MaskOptions {
   cuSeqlensQ: IndexArray;
   maxSeqlenQ?: number;
   maxSeqlenK?: number;
-  /** Split-KV factor for long caches and small batches (0 or absent: chosen automatically). */
+  /** Split-KV factor for long caches and small batches, 1..32 (0 or absent: chosen automatically). */
   numSplits?: number;
   /** q is rotated at positions seqlensK[b] - nq_b + i before the attention. */
   rotary?: Rotary;
@@ -246,13 +246,13 @@ function fillRotary(P: Float64Array, r: NonNullable<ReturnType<typeof checkRotar
 }
 
 /** The lse of a packed call: float32 [H, totalQ]. */
-function packedResult(fn: string, device: number, h: Handle[], q: Tensor, H: number, totalQ: number, dtype: DType,
+function packedResult(device: number, h: Handle[], q: Tensor, H: number, totalQ: number, dtype: DType,
   out: Tensor | undefined, lse: Tensor | undefined): AttentionResult {
   let i = 0;
-  return disposableResult({
-    out: out ?? Tensor.wrapDevice(device, h[i++], q.shape, dtype),
-    lse: lse ?? Tensor.wrapDevice(device, h[i++], [H, totalQ], 'float32'),
-  }) as AttentionResult;
+  return new OutLse(
+    out ?? Tensor.wrapDevice(device, h[i++], q.shape, dtype),
+    lse ?? Tensor.wrapDevice(device, h[i++], [H, totalQ], 'float32'),
+  );
 }
 
 /**
@@ -273,10 +273,10 @@ export async function flashAttentionVarlen(q: Tensor, k: Tensor, v: Tensor, opti
   let out = checkOutput(fn, 'options.out', opts.out, q.shape, p.dtype, p.device, inputs);
   let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', p.device, inputs);
   if (p.totalQ === 0 || B === 0) {
-    return disposableResult({
-      out: out ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
-      lse: lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
-    }) as AttentionResult;
+    return new OutLse(
+      out ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
+      lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
+    );
   }
   const P = baseParams(p.device, B, p.H, p.Hkv, p.D, p.dtype, mask);
   P[F.seqlen_q] = maxQ;
@@ -292,7 +292,7 @@ export async function flashAttentionVarlen(q: Tensor, k: Tensor, v: Tensor, opti
     out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
     cu_seqlens_q: cq.slot, cu_seqlens_k: ck.slot,
   });
-  return packedResult(fn, p.device, h, q, p.H, p.totalQ, p.dtype, out, lse);
+  return packedResult(p.device, h, q, p.H, p.totalQ, p.dtype, out, lse);
 }
 
 /** Gradients of flashAttentionVarlen (dk, dv summed over each GQA group), from its out and lse. */
@@ -332,11 +332,11 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
     dv ??= Tensor.wrapHost(hostArray(p.dtype, v.size), v.shape, p.dtype);
   }
   if (B === 0 || (p.totalQ === 0 && p.totalK === 0)) {
-    return disposableResult({
-      dq: dq ?? await Tensor.zeros(q.shape, { dtype: p.dtype, device: q.device }),
-      dk: dk ?? await Tensor.zeros(k.shape, { dtype: p.dtype, device: q.device }),
-      dv: dv ?? await Tensor.zeros(v.shape, { dtype: p.dtype, device: q.device }),
-    }) as BackwardResult;
+    return new Grads(
+      dq ?? await Tensor.zeros(q.shape, { dtype: p.dtype, device: q.device }),
+      dk ?? await Tensor.zeros(k.shape, { dtype: p.dtype, device: q.device }),
+      dv ?? await Tensor.zeros(v.shape, { dtype: p.dtype, device: q.device }),
+    );
   }
   const P = baseParams(p.device, B, p.H, p.Hkv, p.D, p.dtype, mask);
   P[F.seqlen_q] = maxQ;
@@ -351,11 +351,11 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
     cu_seqlens_q: cq.slot, cu_seqlens_k: ck.slot,
   });
   let i = 0;
-  return disposableResult({
-    dq: dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
-    dk: dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype),
-    dv: dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype),
-  }) as BackwardResult;
+  return new Grads(
+    dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
+    dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype),
+    dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype),
+  );
 }
 
 /** kCache / vCache: [numPages, pageSize, Hkv, D], same dtype and device. */
@@ -502,7 +502,7 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
   const sk = checkIndex(fn, 'options.seqlensK', opts.seqlensK, device, B);
   const pt = checkPageTable(fn, opts.pageTable, device, B);
   const rot = checkRotary(fn, opts.rotary, D, device);
-  const numSplits = checkInt(fn, 'options.numSplits', opts.numSplits, 0, 128, 0);
+  const numSplits = checkInt(fn, 'options.numSplits', opts.numSplits, 0, 32, 0);
   const maxQ = checkMaxSeqlen(fn, 'maxSeqlenQ', opts.maxSeqlenQ, cq.host ? checkCuSeqlens(fn, 'options.cuSeqlensQ', cq, totalQ, 'q.shape[0]') : null);
   let hostMaxK: number | null = null;
   if (sk.host) {
@@ -529,10 +529,10 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
   let out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
   let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
   if (totalQ === 0 || B === 0) {
-    return disposableResult({
-      out: out ?? await Tensor.empty(q.shape, { dtype: tq.dtype, device: q.device }),
-      lse: lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
-    }) as AttentionResult;
+    return new OutLse(
+      out ?? await Tensor.empty(q.shape, { dtype: tq.dtype, device: q.device }),
+      lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
+    );
   }
   const P = baseParams(device, B, H, c.Hkv, D, tq.dtype, mask);
   P[F.seqlen_q] = maxQ;
@@ -554,7 +554,7 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
     rotary_cos: rot ? slotOf(rot.cos, fn, 'options.rotary.cos') : null,
     rotary_sin: rot ? slotOf(rot.sin, fn, 'options.rotary.sin') : null,
   });
-  return packedResult(fn, device, h, tq, H, totalQ, tq.dtype, out, lse);
+  return packedResult(device, h, tq, H, totalQ, tq.dtype, out, lse);
 }
 
 /**
@@ -601,10 +601,10 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   let threads = 0;
   if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads']).threads, 1, 1024, 0);
   if (B * N * H === 0) {
-    return disposableResult({
-      out: out ?? await Tensor.empty(o0.shape, { dtype: o0.dtype, device: o0.device }),
-      lse: lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: o0.device }),
-    }) as AttentionResult;
+    return new OutLse(
+      out ?? await Tensor.empty(o0.shape, { dtype: o0.dtype, device: o0.device }),
+      lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: o0.device }),
+    );
   }
   const P = baseParams(device, B, H, H, D, o0.dtype, null);
   P[F.seqlen_q] = N;
@@ -617,15 +617,15 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
     lse ??= Tensor.wrapHost(new Float32Array(B * N * H), lseShape, 'float32');
     await callNative(fn, () => native.merge(P, os, ls as Float32Array[], slotOf(out, fn, 'options.out'),
       slotOf(lse, fn, 'options.lse') as Float32Array) as Promise<void>);
-    return disposableResult({ out, lse }) as AttentionResult;
+    return new OutLse(out, lse);
   }
   const h = callNative(fn, () => native.merge(P, os, ls as Array<Handle | Float32Array>, slotOf(out, fn, 'options.out'),
     slotOf(lse, fn, 'options.lse') as Handle | null) as Handle[]);
   let i = 0;
-  return disposableResult({
-    out: out ?? Tensor.wrapDevice(device, h[i++], o0.shape, o0.dtype),
-    lse: lse ?? Tensor.wrapDevice(device, h[i++], lseShape, 'float32'),
-  }) as AttentionResult;
+  return new OutLse(
+    out ?? Tensor.wrapDevice(device, h[i++], o0.shape, o0.dtype),
+    lse ?? Tensor.wrapDevice(device, h[i++], lseShape, 'float32'),
+  );
 }
 
 export type { HostArray };

@@ -77,9 +77,14 @@ export const S = indexMap('slot', SLOT_NAMES, layout.slots);
 export const OP = indexMap('op', OP_NAMES, layout.ops);
 const NUM_FIELDS = layout.fields.length;
 
-/** A zeroed params record. */
+// One params record serves every call: the binding copies what it needs before it returns (CPU
+// work gets its own copy of the fields before it is queued), so the record can be reused; a typed
+// array allocation per call costs more than the rest of a small call's JavaScript.
+const scratch = new Float64Array(NUM_FIELDS);
+
+/** A zeroed params record (shared: fill it and pass it to one native call right away). */
 export function newParams(): Float64Array {
-  return new Float64Array(NUM_FIELDS);
+  return scratch.fill(0);
 }
 
 /** A slot array with `slots` set; slot_count set in `params` to cover the highest one. */

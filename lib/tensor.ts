@@ -25,8 +25,6 @@ type Storage =
   | { kind: 'device'; index: number; handle: Handle };
 
 const INTERNAL = Symbol('Tensor.internal');
-// Symbol.dispose where the runtime has it (Node >= 20.4 / 18.18), else a private stand-in.
-const disposeSymbol: symbol = (Symbol as unknown as { dispose?: symbol }).dispose ?? Symbol('Symbol.dispose');
 
 /** Checks a shape and returns its element count. */
 export function checkShape(fn: string, shape: unknown, arg = 'shape'): number {
@@ -65,8 +63,10 @@ export function parseDevice(fn: string, device: unknown, arg = 'device'): number
   return index;
 }
 
+const DEVICE_NAMES: Device[] = [];
 function deviceName(index: number): Device {
-  return index < 0 ? 'cpu' : `cuda:${index}`;
+  if (index < 0) return 'cpu';
+  return DEVICE_NAMES[index] ??= `cuda:${index}`;
 }
 
 function newHostArray(dtype: DType, n: number): HostArray {
@@ -77,13 +77,20 @@ export class Tensor {
   readonly shape: readonly number[];
   readonly dtype: DType;
   readonly device: Device;
+  /** Element count (the product of the shape). */
+  readonly size: number;
   #storage: Storage | null;
 
   /** @internal Use Tensor.from / Tensor.zeros / Tensor.empty. */
   constructor(token: symbol, storage: Storage, shape: readonly number[], dtype: DType) {
     if (token !== INTERNAL) throw new TypeError('Tensor: use Tensor.from(), Tensor.zeros() or Tensor.empty() to make a tensor');
     this.#storage = storage;
-    this.shape = Object.freeze([...shape]);
+    // Shapes are frozen copies; a frozen one (another tensor's, e.g. an output shaped like its
+    // input) is shared as it is.
+    this.shape = Object.isFrozen(shape) ? shape : Object.freeze([...shape]);
+    let n = 1;
+    for (let i = 0; i < shape.length; i++) n *= shape[i];
+    this.size = n;
     this.dtype = dtype;
     this.device = deviceName(storage.kind === 'host' ? -1 : storage.index);
   }
@@ -180,10 +187,6 @@ export class Tensor {
     return this.#storage === null;
   }
 
-  get size(): number {
-    return this.shape.reduce((a, b) => a * b, 1);
-  }
-
   /** @internal The storage, checked: throws TypeError naming `arg` when disposed. */
   storage(fn: string, arg: string): Storage {
     if (this.#storage === null) throw new TypeError(`${fn}: ${arg} is disposed, got a disposed Tensor`);
@@ -276,13 +279,25 @@ function prefixError(fn: string, e: unknown): unknown {
   return e;
 }
 
-/** Makes a result object disposable as a whole (`using r = await flashAttention(...)`). */
-export function disposableResult<T extends object>(r: T): T & { [Symbol.dispose](): void } {
-  Object.defineProperty(r, disposeSymbol, {
-    value: function (this: Record<string, unknown>) {
-      for (const v of Object.values(this)) if (v instanceof Tensor) v.dispose();
-    },
-    enumerable: false,
-  });
-  return r as T & { [Symbol.dispose](): void };
+/** The result of a forward call: out and lse, disposable together (`using r = await ...`). */
+export class OutLse {
+  constructor(public out: Tensor, public lse: Tensor) {}
+  [Symbol.dispose](): void {
+    this.out.dispose();
+    this.lse.dispose();
+  }
+}
+
+/** The result of a backward call: the gradients (and softmaxD when asked), disposable together. */
+export class Grads {
+  softmaxD?: Tensor;
+  constructor(public dq: Tensor, public dk: Tensor, public dv: Tensor, softmaxD?: Tensor) {
+    if (softmaxD !== undefined) this.softmaxD = softmaxD;
+  }
+  [Symbol.dispose](): void {
+    this.dq.dispose();
+    this.dk.dispose();
+    this.dv.dispose();
+    this.softmaxD?.dispose();
+  }
 }

@@ -328,7 +328,6 @@ struct CudaCall {
   const Call& c;
   std::vector<void*> temps;      // freed after the launch, in stream order
   std::vector<std::pair<void*, size_t>> fresh;  // outputs allocated here (returned as handles)
-  std::vector<Slot> fresh_slots;
 
   ~CudaCall() {
     for (void* t : temps) ctx->FreeAsync(t);
@@ -364,9 +363,12 @@ struct CudaCall {
   void* Out(Slot s, size_t bytes) {
     Napi::Value v = c.S(s);
     if (!v.IsUndefined() && !v.IsNull()) return In(s, bytes);
-    void* p = Alloc(bytes, kSlotNames[s]);
+    return New(bytes);
+  }
+  // A new output, returned as a handle.
+  void* New(size_t bytes) {
+    void* p = Alloc(bytes, "output");
     fresh.emplace_back(p, bytes);
-    fresh_slots.push_back(s);
     return p;
   }
   Napi::Value Result() {
@@ -502,7 +504,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
   ctx->MakeCurrent();
   cudaStream_t stream = static_cast<cudaStream_t>(ctx->stream());
   const Sizes z = SizesOf(c, op);
-  CudaCall cc{ctx, c, {}, {}, {}};
+  CudaCall cc{ctx, c, {}, {}};
   IndexStaging idx;
   fa_status st = FA_OK;
   if (op == FA_OP_forward || op == FA_OP_paged) {
@@ -559,7 +561,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
     // softmax_d: a caller's tensor, or a new one when the slot holds `true` (asked for, not given).
     Napi::Value sd = c.S(FA_S_softmax_d);
     if (sd.IsBoolean()) {
-      if (sd.As<Napi::Boolean>().Value()) p.softmax_d = static_cast<float*>(cc.Out(FA_S_softmax_d, z.lse));
+      if (sd.As<Napi::Boolean>().Value()) p.softmax_d = static_cast<float*>(cc.New(z.lse));
     } else if (!sd.IsUndefined() && !sd.IsNull()) {
       p.softmax_d = static_cast<float*>(cc.In(FA_S_softmax_d, z.lse));
     }
@@ -679,7 +681,7 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
   ctx->MakeCurrent();
   Napi::Array slots = Napi::Array::New(env, 0);
   Call c{env, f, slots, 0};
-  CudaCall cc{ctx, c, {}, {}, {}};
+  CudaCall cc{ctx, c, {}, {}};
   std::vector<const void*> optr(n);
   std::vector<const float*> lptr(n);
   auto dev = [&](Napi::Value v, size_t bytes, const char* what) -> void* {

@@ -87,17 +87,46 @@ struct KeyWindow {
   }
 };
 
+// Division by a run-time constant without a divide instruction (Granlund-Montgomery, as CUTLASS's
+// FastDivmod): for 0 <= n < 2^31, n / d = umulhi(n, mul) >> shift (d = 1: n itself). The host
+// fills it once per call (FastDiv::make).
+struct FastDiv {
+  int d;
+  uint32_t mul;
+  int shift;
+  static inline FastDiv make(int divisor) {
+    FastDiv f;
+    f.d = divisor < 1 ? 1 : divisor;
+    int l = 0;
+    while ((1u << l) < static_cast<uint32_t>(f.d)) ++l;  // ceil(log2 d)
+    const int p = 31 + l;
+    f.mul = f.d == 1 ? 0u : static_cast<uint32_t>(((1ull << p) + static_cast<uint64_t>(f.d) - 1) / f.d);
+    f.shift = p - 32;
+    return f;
+  }
+  __device__ __forceinline__ int div(int n) const {
+    return d == 1 ? n : static_cast<int>(__umulhi(static_cast<uint32_t>(n), mul) >> shift);
+  }
+};
+
 // Key t of one sequence's kv head in a paged cache: page table[t / page_size], row t % page_size.
 // A page index outside [0, num_pages) reads as nothing (zero-filled by the loaders).
 struct PagedRows {
   const char* base;       // cache + kv head offset (bytes)
   const int32_t* table;   // this sequence's page-table row
-  int page_size, num_pages;
+  FastDiv page;           // division by page_size
+  int num_pages;
   int64_t row_bytes;      // between consecutive tokens of a page
+  // The cache row (page * page_size + slot) of key t, or -1 when its page index is out of range.
+  __device__ __forceinline__ int row_index(int t, int pg) const {
+    const int q = page.div(t);
+    return static_cast<unsigned>(pg) < static_cast<unsigned>(num_pages) ? pg * page.d + (t - q * page.d) : -1;
+  }
+  __device__ __forceinline__ int page_of(int t) const { return __ldg(table + page.div(t)); }
   __device__ __forceinline__ const char* row(int t, bool* ok) const {
-    const int pg = __ldg(table + t / page_size);
-    *ok = static_cast<unsigned>(pg) < static_cast<unsigned>(num_pages);
-    return base + (static_cast<int64_t>(*ok ? pg : 0) * page_size + t % page_size) * row_bytes;
+    const int ri = row_index(t, page_of(t));
+    *ok = ri >= 0;
+    return base + static_cast<int64_t>(ri < 0 ? 0 : ri) * row_bytes;
   }
 };
 

@@ -47,11 +47,6 @@ __device__ __forceinline__ void red_add_f32x4(float* p, float x, float y, float 
 #endif
 }
 
-// 4-byte cp.async (no L1 bypass for 4-byte copies).
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
-}
-
 template <int kPitchBytes, bool kPatternB>
 __device__ __forceinline__ uint32_t ldsm_lane_offset(int lane) {
   return kPatternB ? ((lane & 7) + (lane >> 4) * 8) * kPitchBytes + ((lane >> 3) & 1) * 16

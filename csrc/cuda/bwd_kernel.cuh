@@ -41,7 +41,7 @@ namespace cuda {
 // lse) * log2e) with l_s holding lse itself: one rounding of the small difference instead of two
 // roundings of large products that cancel (~1e-6 relative on P when |lse| ~ 20). With softcap the
 // score is softcap * tanh(S * scale / softcap) and dS gets the factor 1 - tanh^2 (bwd_prob).
-template <class Tr, bool kStoreP, bool kMask, int MT, int NT>
+template <class Tr, bool kStoreP, bool kMask, bool kCap, int MT, int NT>
 __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (&dp)[MT][NT][4], const float* l_s,
                                                   const float* d_s, unsigned char* sP, unsigned char* sdS, int r0,
                                                   int c0, const KeyWindow& win, int row0, int key0, const BwdArgs& a,
@@ -68,18 +68,24 @@ __device__ __forceinline__ void softmax_grad_tile(float (&s)[MT][NT][4], float (
         float pv[2], dv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float dmod;
+          float dmod = 1.f;
           float p;
-          if constexpr (Tr::kIsFp32)
-            p = bwd_prob_f32(a, s[mt][nt][2 * hr + e], lse, &dmod);
-          else
-            p = bwd_prob<false>(a, s[mt][nt][2 * hr + e], lse, &dmod);
+          if constexpr (kCap) {
+            if constexpr (Tr::kIsFp32)
+              p = bwd_prob_f32(a, s[mt][nt][2 * hr + e], lse, &dmod);
+            else
+              p = bwd_prob<false>(a, s[mt][nt][2 * hr + e], lse, &dmod);
+          } else if constexpr (Tr::kIsFp32) {
+            p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], a.p_scale, -lse) * 1.4426950408889634f);
+          } else {
+            p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], a.p_scale_log2, -lse));
+          }
           if constexpr (kMask) {
             const int c = nt * 8 + e;
             if (c < lo || c >= hi) p = 0.f;
           }
           pv[e] = p;
-          dv[e] = p * (dp[mt][nt][2 * hr + e] - dsum) * dmod;
+          dv[e] = kCap ? p * (dp[mt][nt][2 * hr + e] - dsum) * dmod : p * (dp[mt][nt][2 * hr + e] - dsum);
         }
         const int off = r * PPB + (c0 + nt * 8 + 2 * t) * E;
         if constexpr (kStoreP) store_pair<T>(sP + off, pv[0], pv[1]);
@@ -127,13 +133,20 @@ __device__ __forceinline__ void sdp_softmax_grad(const unsigned char* q_s, const
                                                                 k_s + wn * Tr::kTileNSdP * PB, dp,
                                                                 do_s + wm * Tr::kTileMSdP * PB,
                                                                 v_s + wn * Tr::kTileNSdP * PB, lane);
+  // Four versions (softcap or not, mask or not), chosen per tile: the common one carries neither.
   const bool need_mask = win.needs_mask(key0, Tr::kBlockN, row0, row0 + Tr::kBlockM - 1);
-  if (need_mask)
-    softmax_grad_tile<Tr, kStoreP, true>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, win, row0,
-                                         key0, a, lane);
-  else
-    softmax_grad_tile<Tr, kStoreP, false>(s, dp, l_s, d_s, sP, sdS, wm * Tr::kTileMSdP, wn * Tr::kTileNSdP, win, row0,
-                                          key0, a, lane);
+  const int r0 = wm * Tr::kTileMSdP, c0 = wn * Tr::kTileNSdP;
+  if (a.softcap > 0.f) {
+    if (need_mask)
+      softmax_grad_tile<Tr, kStoreP, true, true>(s, dp, l_s, d_s, sP, sdS, r0, c0, win, row0, key0, a, lane);
+    else
+      softmax_grad_tile<Tr, kStoreP, false, true>(s, dp, l_s, d_s, sP, sdS, r0, c0, win, row0, key0, a, lane);
+  } else {
+    if (need_mask)
+      softmax_grad_tile<Tr, kStoreP, true, false>(s, dp, l_s, d_s, sP, sdS, r0, c0, win, row0, key0, a, lane);
+    else
+      softmax_grad_tile<Tr, kStoreP, false, false>(s, dp, l_s, d_s, sP, sdS, r0, c0, win, row0, key0, a, lane);
+  }
 }
 
 // Adds this warp's dQ tile (C fragments: rows g and g + 8 of each m16 tile, columns 2t, 2t + 1 of

@@ -16,6 +16,8 @@
 // from registers (key split) or K-major from shared memory (row split). Q_i, dO_i and the lse2 /
 // dsum slices are double-buffered with cp.async (block i+1 loads during block i).
 #pragma once
+#include <type_traits>
+
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_common.cuh"
 #include "cuda/bwd_gemm.cuh"
@@ -65,35 +67,37 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int key0 = n_block * BN;
   if (key0 >= Nk) return;  // past this sequence's keys (packed batches size the grid by the longest)
   const int valid_chunks = a.head_dim / 8;
-  const KeyWindow win(seq, a.window_left, a.window_right);
   const int wkey0 = kKeySplit ? wg * 64 : 0;  // this warpgroup's first key (S^T rows) in the block
   const int wrow0 = kKeySplit ? 0 : wg * NS;  // and first query row (S^T columns)
 
   // Row blocks [m_begin, m_end) hold the rows that see any key of this block.
   int rmin, rmax;
-  win.rows_of_keys(key0, min(key0 + BN, Nk) - 1, &rmin, &rmax);
+  KeyWindow(seq, a.window_left, a.window_right).rows_of_keys(key0, min(key0 + BN, Nk) - 1, &rmin, &rmax);
   const int m_begin = max(0, rmin) / BM;
   const int m_end = (max(0, min(Nq, rmax)) + BM - 1) / BM;
   const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // iterations: (query head of the group, row block)
-  const int64_t kr = seq.k_row0 + key0;
 
   {
     const SwizzledTileLoader<BN, kCB, Tr::kThreads> kv_loader(tid);
+    const int64_t kr = seq.k_row0 + key0;
     const char* gk = static_cast<const char*>(a.k) + 2 * (b * a.k_batch + hk * a.k_head + kr * a.k_row);
     const char* gv = static_cast<const char*>(a.v) + 2 * (b * a.v_batch + hk * a.v_head + kr * a.v_row);
     kv_loader.load(sK, gk, a.k_row * 2, Nk - key0, valid_chunks);
     kv_loader.load(sV, gv, a.v_row * 2, Nk - key0, valid_chunks);
   }
   const SwizzledTileLoader<BM, kCB, Tr::kThreads> q_loader(tid);
+  // Per-sequence bases (the head and row block are added per load).
+  const char* const gq_b = static_cast<const char*>(a.q) + 2 * (b * a.q_batch + seq.q_row0 * a.q_row);
+  const char* const gdo_b = static_cast<const char*>(a.dout) + 2 * (b * a.do_batch + seq.q_row0 * a.do_row);
+  const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
   auto load_rows = [&](int hq, int m, int stage) {
     const int row0 = m * BM;
-    const int64_t qr = seq.q_row0 + row0;
-    const char* gq = static_cast<const char*>(a.q) + 2 * (b * a.q_batch + hq * a.q_head + qr * a.q_row);
-    const char* gdo = static_cast<const char*>(a.dout) + 2 * (b * a.do_batch + hq * a.do_head + qr * a.do_row);
+    const char* gq = gq_b + 2 * (hq * a.q_head + static_cast<int64_t>(row0) * a.q_row);
+    const char* gdo = gdo_b + 2 * (hq * a.do_head + static_cast<int64_t>(row0) * a.do_row);
     q_loader.load(sQ + stage * Tr::kTileQ, gq, a.q_row * 2, Nq - row0, valid_chunks);
     q_loader.load(sdO + stage * Tr::kTileQ, gdo, a.do_row * 2, Nq - row0, valid_chunks);
-    const int64_t roff = bwd_ws_base(a, b, hq, seq) + row0;
+    const int64_t roff = ws_b + hq * a.ws_head + row0;
     if (tid < BM / 4)
       cp_async_16(smem_u32(sL + stage * BM) + tid * 16, a.lse2 + roff + tid * 4, true);
     else if (tid < BM / 2)
@@ -127,6 +131,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // B of dQ (MN-major): the K tile; each chunk adds its first column's offset.
   const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
 
+  const float sl2 = a.p_scale_log2;
   const int mask_base = Nk - key0;  // keys (relative to key0) below this exist
 
   for (int it = 0; it < total; ++it) {
@@ -155,35 +160,63 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     sm90::reg_fence<NS / 2>(&dp[0][0][0]);
 
     // P^T, dS^T: this lane holds keys wkey0 + wq*16 + g (+8) and rows wrow0 + 8j + 2t (+1); the
-    // values overwrite s and dp.
+    // values overwrite s and dp. Four versions (softcap or not, mask or not) chosen per block, so
+    // that the common one carries neither.
     {
       const float* const l_s = sL + st * BM;
       const float* const d_s = sDs + st * BM;
-      const bool need_mask = win.needs_mask(key0, BN, row0, row0 + BM - 1);
+      auto pds = [&](auto cap_tag, auto mask_tag) {
+        constexpr bool kCap = decltype(cap_tag)::value, kMask = decltype(mask_tag)::value;
+        const KeyWindow w(SeqInfo{Nq, Nk, 0, 0}, a.window_left, a.window_right);
 #pragma unroll
-      for (int j = 0; j < NS / 8; ++j) {
-        const int r = wrow0 + 8 * j + 2 * t;
-        const float2 lse = *reinterpret_cast<const float2*>(l_s + r);
-        const float2 dsum = *reinterpret_cast<const float2*>(d_s + r);
+        for (int j = 0; j < NS / 8; ++j) {
+          const int r = wrow0 + 8 * j + 2 * t;
+          const float2 lse = *reinterpret_cast<const float2*>(l_s + r);
+          const float2 dsum = *reinterpret_cast<const float2*>(d_s + r);
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int key = wkey0 + wq * 16 + g + 8 * hr;
-          float dm0, dm1;
-          float p0 = bwd_prob<false>(a, s[0][j][2 * hr], lse.x, &dm0);
-          float p1 = bwd_prob<false>(a, s[0][j][2 * hr + 1], lse.y, &dm1);
-          if (need_mask) {
-            const int kk = key0 + key;  // key within the sequence; rows row0 + r, row0 + r + 1
-            if (kk < win.lo(row0 + r) || kk >= win.hi(row0 + r)) p0 = 0.f;
-            if (kk < win.lo(row0 + r + 1) || kk >= win.hi(row0 + r + 1)) p1 = 0.f;
+          for (int hr = 0; hr < 2; ++hr) {
+            const int key = wkey0 + wq * 16 + g + 8 * hr;
+            float p0, p1, ds0, ds1;
+            if constexpr (kCap) {
+              float dm0, dm1;
+              p0 = bwd_prob<false>(a, s[0][j][2 * hr], lse.x, &dm0);
+              p1 = bwd_prob<false>(a, s[0][j][2 * hr + 1], lse.y, &dm1);
+              if constexpr (kMask) {
+                const int kk = key0 + key;
+                if (kk < w.lo(row0 + r) || kk >= w.hi(row0 + r)) p0 = 0.f;
+                if (kk < w.lo(row0 + r + 1) || kk >= w.hi(row0 + r + 1)) p1 = 0.f;
+              }
+              ds0 = p0 * (dp[0][j][2 * hr] - dsum.x) * dm0;
+              ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y) * dm1;
+            } else {
+              p0 = fast_exp2(fmaf(s[0][j][2 * hr], sl2, -lse.x));
+              p1 = fast_exp2(fmaf(s[0][j][2 * hr + 1], sl2, -lse.y));
+              if constexpr (kMask) {
+                const int kk = key0 + key;  // key within the sequence; rows row0 + r, row0 + r + 1
+                if (kk < w.lo(row0 + r) || kk >= w.hi(row0 + r)) p0 = 0.f;
+                if (kk < w.lo(row0 + r + 1) || kk >= w.hi(row0 + r + 1)) p1 = 0.f;
+              }
+              ds0 = p0 * (dp[0][j][2 * hr] - dsum.x);
+              ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y);
+            }
+            const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
+            *reinterpret_cast<uint32_t*>(smem + (sdSt - sK) + off) = pack2<T>(ds0, ds1);
+            if constexpr (!kKeySplit) *reinterpret_cast<uint32_t*>(smem + (sPt - sK) + off) = pack2<T>(p0, p1);
+            s[0][j][2 * hr] = p0, s[0][j][2 * hr + 1] = p1;
+            dp[0][j][2 * hr] = ds0, dp[0][j][2 * hr + 1] = ds1;
           }
-          const float ds0 = p0 * (dp[0][j][2 * hr] - dsum.x) * dm0;
-          const float ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y) * dm1;
-          const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
-          *reinterpret_cast<uint32_t*>(smem + (sdSt - sK) + off) = pack2<T>(ds0, ds1);
-          if constexpr (!kKeySplit) *reinterpret_cast<uint32_t*>(smem + (sPt - sK) + off) = pack2<T>(p0, p1);
-          s[0][j][2 * hr] = p0, s[0][j][2 * hr + 1] = p1;
-          dp[0][j][2 * hr] = ds0, dp[0][j][2 * hr + 1] = ds1;
         }
+      };
+      const bool need_mask =
+          KeyWindow(SeqInfo{Nq, Nk, 0, 0}, a.window_left, a.window_right).needs_mask(key0, BN, row0, row0 + BM - 1);
+      using True = std::true_type;
+      using False = std::false_type;
+      if (a.softcap > 0.f) {
+        if (need_mask) pds(True{}, True{});
+        else pds(True{}, False{});
+      } else {
+        if (need_mask) pds(False{}, True{});
+        else pds(False{}, False{});
       }
     }
     sm90::fence_proxy_async_smem();
@@ -227,7 +260,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     }
 
     // dQ += dS K for this warpgroup's dQ columns, kDqChunk (64, or 32 at W 64) at a time.
-    float* const head_acc = a.dq_acc + (bwd_ws_base(a, b, hq, seq) + row0) * W;
+    float* const head_acc = a.dq_acc + (ws_b + hq * a.ws_head + row0) * W;
 #pragma unroll
     for (int c = 0; c < NQ / QC; ++c) {
       const int colq = wg * NQ + c * QC;  // first dQ column of this chunk
@@ -261,6 +294,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 
   // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns
   // wg * NC + 8j + 2t (row split) or 8j + 2t (key split).
+  const int64_t kr = bwd_seq(a, b).k_row0 + key0;  // re-read: nothing of it lives through the loop
   char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + kr * a.dk_row);
   char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + kr * a.dv_row);
   const float sc = a.scale;

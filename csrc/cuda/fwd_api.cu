@@ -117,12 +117,14 @@ int sm_count() {
 
 // Split-KV factor for the decode kernel: enough blocks to fill the GPU with whole waves (the
 // FlashAttention-2 rule: the smallest split count whose wave efficiency is within 85% of the
-// best), never more splits than 64-key chunks.
+// best), each split at least kMinChunks 64-key chunks (a block's fixed costs, Q fragments and the
+// merge of its warps, want a few tiles per warp to spread over).
+constexpr int kMinChunks = 4;
 int decode_splits(int units, int n_chunks, int slots) {
   if (n_chunks <= 1 || units >= slots) return 1;
-  const int max_splits = std::min({128, n_chunks, (2 * slots + units - 1) / units});
+  const int max_splits = std::min({kMaxCombine, std::max(1, n_chunks / kMinChunks), (2 * slots + units - 1) / units});
   double best = 0;
-  double eff[129] = {0};
+  double eff[kMaxCombine + 1] = {0};
   for (int s = 1; s <= max_splits; ++s) {
     const double waves = double(units) * s / slots;
     eff[s] = waves / std::ceil(waves);
@@ -146,7 +148,8 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     const int n_chunks = (a.seqlen_k + kDecodeChunk - 1) / kDecodeChunk;
     const int per_sm = width <= 64 ? 3 : width <= 128 ? 2 : 1;  // decode blocks resident per SM
     int splits = p->num_splits > 0 ? p->num_splits : decode_splits(a.batch * a.heads_k, n_chunks, sm_count() * per_sm);
-    splits = std::max(1, std::min({splits, 128, std::max(n_chunks, 1)}));
+    // One combine launch takes kMaxCombine partials: more splits than that never pay here anyway.
+    splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
     d.num_splits = splits;
     void* ws = nullptr;
     if (splits > 1) {
@@ -183,12 +186,7 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
         c.group = a.group;
         c.decode_rows = kDecodeRows;
       }
-      // Splits beyond kMaxCombine are not produced (decode_splits caps at 128 > 32): fold the rest.
-      if (splits <= kMaxCombine) {
-        st = launch_combine<T, T>(c, s);
-      } else {
-        st = fa::fail(FA_ERR_UNSUPPORTED, "internal: too many splits");
-      }
+      st = launch_combine<T, T>(c, s);
     }
     if (ws != nullptr) {
       const cudaError_t e = cudaFreeAsync(ws, s);
@@ -281,6 +279,7 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   a.total_q = p->total_q;
   a.total_k = 0;
   a.page_size = p->page_size;
+  a.page_div = FastDiv::make(p->page_size);
   a.max_pages = p->max_pages_per_seq;
   a.num_pages = p->num_pages;
   if (packed && !paged) a.total_k = p->total_k;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "cuda/attn_pieces.cuh"
 #include "fa_core.h"
 
 namespace fa {
@@ -42,6 +43,7 @@ struct FwdArgs {
   const int32_t* page_table;
   int total_q, total_k;
   int page_size, max_pages, num_pages;
+  FastDiv page_div;    // division by page_size
   // lse of row i of head h of sequence b: lse + b * lse_batch + h * lse_head + q_row0 + i.
   int64_t lse_batch, lse_head;
   // Paged calls: sequences with nq * group <= decode_rows belong to the decode kernel and are

@@ -73,11 +73,34 @@ __device__ __forceinline__ PagedRows paged_rows(const FwdArgs& a, const BlockCoo
   PagedRows r;
   r.base = static_cast<const char*>(cache) + E * ((bc.h / a.group) * head_stride);
   r.table = a.page_table + static_cast<int64_t>(bc.b) * a.max_pages;
-  r.page_size = a.page_size;
+  r.page = a.page_div;
   r.num_pages = a.num_pages;
   r.row_bytes = E * row_stride;
   return r;
 }
+
+// Page indices of key blocks for the paged row-block kernels: one ring slot of kBlockN ints per
+// block in shared memory, filled with 4-byte cp.async two blocks ahead of the K / V loads that use
+// them (committed with that iteration's tile loads, so the top-of-loop wait covers them): no loader
+// ever stalls on a page-table read. Slot of block nb: nb % kSlots (blocks n, n - 1, n - 2 live).
+template <int kBlockN, int kThreads>
+struct PageRing {
+  static constexpr int kSlots = 4;
+  static constexpr int kBytes = kSlots * kBlockN * 4;
+  uint32_t s_base;
+  int* p_base;  // the same memory, generic pointer
+  __device__ __forceinline__ void fill(const PagedRows& pr, int nb, int nk, int tid) const {
+    if (nb < 0) return;
+#pragma unroll
+    for (int r = tid; r < kBlockN; r += kThreads) {
+      const int t = nb * kBlockN + r;
+      const int slot = (nb & (kSlots - 1)) * kBlockN + r;
+      if (t < nk) cp_async_4(s_base + slot * 4, pr.table + pr.page.div(t));
+      else p_base[slot] = -1;
+    }
+  }
+  __device__ __forceinline__ int page(int nb, int r) const { return p_base[(nb & (kSlots - 1)) * kBlockN + r]; }
+};
 
 // Key blocks [*n_min, *n_max) that the rows [row0, row0 + block_m) of this block may see (empty
 // when none of them sees a key).
@@ -128,8 +151,27 @@ struct TileLoader {
       }
     }
   }
-  // The same tile from a paged cache: rows key0 + r of `pr` (a row whose page index is out of range
-  // is zero-filled like a row past valid_rows).
+  // The same tile from a paged cache, block nb of `pr`, its page indices read from `ring` (a row
+  // whose page index is out of range is zero-filled like a row past valid_rows).
+  template <class Ring>
+  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb, int key0,
+                                       int valid_rows, int valid_chunks) const {
+    const int rows_left = valid_rows - r0;
+    const int chunks_left = valid_chunks - c0;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int r = r0 + i * kRowStep;
+      const int ri = i * kRowStep < rows_left ? pr.row_index(key0 + r, ring.page(nb, r)) : -1;
+      const char* src = pr.base + static_cast<int64_t>(ri < 0 ? 0 : ri) * pr.row_bytes + c0 * 16;
+#pragma unroll
+      for (int j = 0; j < kChunksPerThread; ++j) {
+        const bool pred = ri >= 0 && j * kTPR < chunks_left;
+        cp_async_16(s_tile + s_off + i * kRowStep * kPitchBytes + j * kTPR * 16, pred ? src + j * kTPR * 16 : pr.base,
+                    pred);
+      }
+    }
+  }
+  // Paged, reading each row's page index directly (kernels without a PageRing: fp32).
   __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, int key0, int valid_rows,
                                        int valid_chunks) const {
     const int rows_left = valid_rows - r0;

@@ -1,7 +1,7 @@
 // Paged decode kernel (fp16 / bf16, mma.sync m16n8k16): attention of a few queries per sequence
 // against its paged K/V cache, built for memory bandwidth.
 //
-// One thread block per (split, kv head, sequence). GQA packing: the queries of the kv head's group
+// One thread block per (kv head, split, sequence). GQA packing: the queries of the kv head's group
 // (group query heads x nq tokens, at most kRows = 16 rows: row r is token r / group of query head
 // hk * group + r % group) share one pass over the kv head's keys, so K/V are read once per group
 // instead of once per query head. Split-KV: the sequence's visible keys are cut into num_splits
@@ -57,7 +57,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int split = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  // Grid (kv heads, splits, sequences): the blocks that run side by side are the kv heads of one
+  // split of one sequence, so a page (all kv heads of page_size tokens, contiguous) is read by
+  // neighbouring blocks at about the same time instead of once per head at different times.
+  const int hk = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
 
   const SeqInfo seq = fwd_seq(a, b);
   const int group = a.group;
@@ -94,10 +97,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   pk.base = static_cast<const char*>(a.k) + 2 * (hk * a.k_head);
   pv.base = static_cast<const char*>(a.v) + 2 * (hk * a.v_head);
   pk.table = pv.table = a.page_table + static_cast<int64_t>(b) * a.max_pages;
-  pk.page_size = pv.page_size = a.page_size;
+  pk.page = pv.page = a.page_div;
   pk.num_pages = pv.num_pages = a.num_pages;
   pk.row_bytes = 2 * a.k_row;
   pv.row_bytes = 2 * a.v_row;
+  // Page sizes that are multiples of 16: a 16-key tile (16-aligned) lies in one page, one lookup.
+  const bool one_page = a.page_size % 16 == 0;
 
   // This warp's ring: stage s holds K at wbase + s * 2 * tile, V right after.
   const uint32_t wbase = smem_u32(smem) + warp * Tr::kWarpBytes;
@@ -105,24 +110,43 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   // Loader layout: lane -> (row, chunk): kCh chunks per row, 32 / kCh rows per pass (kCh <= 32).
   constexpr int kRowsPerPass = kCh >= 32 ? 1 : 32 / kCh;
   constexpr int kChunkPasses = kCh >= 32 ? kCh / 32 : 1;
+  constexpr int kRowIters = 16 / kRowsPerPass;  // rows of a tile per lane
   const int lr = kCh >= 32 ? 0 : lane / kCh;
   const int lc = kCh >= 32 ? lane : lane % kCh;
-  auto load_tile = [&](int tile, int stage) {
+  // Cache rows (page * page_size + slot; -1: nothing to read) of this lane's rows of a tile. Worked
+  // out one iteration before the tile's loads are issued, so the page-table reads are never waited on.
+  struct TileRows {
+    int ri[kRowIters];
+  };
+  auto rows_of = [&](int tile, TileRows& R) {
     const int key0 = tile * 16;
+    if (one_page) {
+      const int base = key0 < seq.nk ? pk.row_index(key0, pk.page_of(key0)) : -1;
+#pragma unroll
+      for (int i = 0; i < kRowIters; ++i) {
+        const int r = lr + i * kRowsPerPass;
+        R.ri[i] = base >= 0 && key0 + r < seq.nk ? base + r : -1;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRowIters; ++i) {
+        const int t = key0 + lr + i * kRowsPerPass;
+        R.ri[i] = t < seq.nk ? pk.row_index(t, pk.page_of(t)) : -1;
+      }
+    }
+  };
+  auto load_tile = [&](const TileRows& R, int stage) {
     const uint32_t sk = wbase + stage * 2 * Tr::kTileBytes, sv = sk + Tr::kTileBytes;
 #pragma unroll
-    for (int r = lr; r < 16; r += kRowsPerPass) {
-      const int key = key0 + r;
-      bool ok = key < seq.nk;
-      const int pg = ok ? __ldg(pk.table + key / pk.page_size) : 0;
-      ok = ok && static_cast<unsigned>(pg) < static_cast<unsigned>(pk.num_pages);
-      const int64_t rowi = static_cast<int64_t>(ok ? pg : 0) * pk.page_size + key % pk.page_size;
-      const char* kr = pk.base + rowi * pk.row_bytes;
-      const char* vr = pv.base + rowi * pv.row_bytes;
+    for (int i = 0; i < kRowIters; ++i) {
+      const int r = lr + i * kRowsPerPass;
+      const int ri = R.ri[i];
+      const char* kr = pk.base + static_cast<int64_t>(ri < 0 ? 0 : ri) * pk.row_bytes;
+      const char* vr = pv.base + static_cast<int64_t>(ri < 0 ? 0 : ri) * pv.row_bytes;
 #pragma unroll
       for (int cp = 0; cp < kChunkPasses; ++cp) {
         const int c = lc + cp * 32;
-        const bool pred = ok && c < valid_chunks;
+        const bool pred = ri >= 0 && c < valid_chunks;
         cp_async_16(sk + r * kPB + c * 16, pred ? kr + c * 16 : pk.base, pred);
         cp_async_16(sv + r * kPB + c * 16, pred ? vr + c * 16 : pv.base, pred);
       }
@@ -145,18 +169,24 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
 
   const int my_first = t_begin + warp;
   const int my_count = my_first < t_end ? (t_end - my_first + 3) / 4 : 0;
+  TileRows next;
 #pragma unroll
   for (int j = 0; j < kS - 1; ++j) {
-    if (j < my_count) load_tile(my_first + 4 * j, j);
+    if (j < my_count) {
+      rows_of(my_first + 4 * j, next);
+      load_tile(next, j);
+    }
     cp_async_commit();
   }
+  if (kS - 1 < my_count) rows_of(my_first + 4 * (kS - 1), next);
   for (int j = 0; j < my_count; ++j) {
     cp_async_wait<kS - 2>();
     __syncwarp();
     {
       const int jn = j + kS - 1;
-      if (jn < my_count) load_tile(my_first + 4 * jn, jn % kS);
+      if (jn < my_count) load_tile(next, jn % kS);
       cp_async_commit();
+      if (jn + 1 < my_count) rows_of(my_first + 4 * (jn + 1), next);  // used next iteration
     }
     const int tile = my_first + 4 * j;
     const int stage = j % kS;

@@ -69,18 +69,33 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
   const TileLoader<BM, Tr::kChunksPerRow, kPB, kThreads> q_loader(tid);
   const TileLoader<BN, Tr::kChunksPerRow, kPB, kThreads> kv_loader(tid);
   PagedRows pk{}, pv{};
+  PageRing<BN, kThreads> ring{};
   if constexpr (kPaged) {
     pk = paged_rows<2>(a, bc, a.k, a.k_head, a.k_row);
     pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
+    ring.s_base = sV + Tr::kStages * Tr::kSmemK;  // after the tiles (the launcher adds its bytes)
+    ring.p_base = reinterpret_cast<int*>(smem + (ring.s_base - sQ));
+    // Page indices of the first two key blocks; later ones are queued two blocks ahead.
+    ring.fill(pk, n_max - 1, Nk, tid);
+    if (n_max - 2 >= n_min) ring.fill(pk, n_max - 2, Nk, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
   }
   // K / V tile of key block nb into the buffer at s_tile.
   auto load_k = [&](int nb, uint32_t s_tile) {
-    if constexpr (kPaged) kv_loader.load(s_tile, pk, nb * BN, Nk - nb * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(s_tile, pk, ring, nb, nb * BN, Nk - nb * BN, valid_chunks);
     else kv_loader.load(s_tile, gk + nb * BN * a.k_row * 2, a.k_row * 2, Nk - nb * BN, valid_chunks);
   };
   auto load_v = [&](int nb, uint32_t s_tile) {
-    if constexpr (kPaged) kv_loader.load(s_tile, pv, nb * BN, Nk - nb * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(s_tile, pv, ring, nb, nb * BN, Nk - nb * BN, valid_chunks);
     else kv_loader.load(s_tile, gv + nb * BN * a.v_row * 2, a.v_row * 2, Nk - nb * BN, valid_chunks);
+  };
+  // Paged: page indices of key block nb, queued with the current iteration's tile loads.
+  auto fill_pages = [&](int nb) {
+    if constexpr (kPaged) {
+      if (nb >= n_min) ring.fill(pk, nb, Nk, tid);
+    }
   };
   q_loader.load(sQ, gq, a.q_row * 2, q_rows, valid_chunks);
   cp_async_commit();
@@ -142,10 +157,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
         const uint32_t next = stage ^ Tr::kSmemK;
         load_k(n - 1, sK + next);
         load_v(n - 1, sV + next);
+        fill_pages(n - 2);
         cp_async_commit();
       }
     } else {
       load_v(n, sV);
+      fill_pages(n - 2);
       cp_async_commit();
     }
 

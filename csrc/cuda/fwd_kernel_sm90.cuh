@@ -92,16 +92,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   const SwizzledTileLoader<BN, kCB, Tr::kThreads> kv_loader(tid);
   const int64_t k_rb = a.k_row * 2, v_rb = a.v_row * 2;
   PagedRows pk{}, pv{};
+  PageRing<BN, Tr::kThreads> ring{};
   if constexpr (kPaged) {
     pk = paged_rows<2>(a, bc, a.k, a.k_head, a.k_row);
     pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
+    ring.s_base = sV + 2 * kTileKV;  // after the tiles (the launcher adds its bytes)
+    ring.p_base = reinterpret_cast<int*>(smem + (ring.s_base - sQ));
+    // Page indices of the first two key blocks; later ones are queued two blocks ahead.
+    ring.fill(pk, n_max - 1, Nk, tid);
+    if (n_max - 2 >= n_min) ring.fill(pk, n_max - 2, Nk, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
   }
   auto load_k = [&](int n, int stage) {
-    if constexpr (kPaged) kv_loader.load(sK + stage * kTileKV, pk, n * BN, Nk - n * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(sK + stage * kTileKV, pk, ring, n, n * BN, Nk - n * BN, valid_chunks);
     else kv_loader.load(sK + stage * kTileKV, gp.k + n * BN * k_rb, k_rb, Nk - n * BN, valid_chunks);
   };
   auto load_v = [&](int n, int stage) {
-    if constexpr (kPaged) kv_loader.load(sV + stage * kTileKV, pv, n * BN, Nk - n * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(sV + stage * kTileKV, pv, ring, n, n * BN, Nk - n * BN, valid_chunks);
     else kv_loader.load(sV + stage * kTileKV, gp.v + n * BN * v_rb, v_rb, Nk - n * BN, valid_chunks);
   };
 
@@ -186,6 +195,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
     __syncthreads();  // K(it), V(it-1) visible; every warp is done with K(it-1), V(it-2)
     if (n > n_min) load_k(n - 1, st ^ 1);
     load_v(n, st);
+    if constexpr (kPaged) {
+      if (n - 2 >= n_min) ring.fill(pk, n - 2, Nk, tid);
+    }
     cp_async_commit();
 
     sm90::wgmma_fence();

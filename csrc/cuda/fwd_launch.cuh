@@ -57,10 +57,12 @@ fa_status launch_fwd(FwdArgs a, cudaStream_t stream) {
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: batch * heads * ceil(seqlen_q / " +
                                             std::to_string(Tr::kBlockM) + ") = " + std::to_string(blocks) +
                                             " thread blocks exceeds the grid limit 2^31-1");
-  const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA forward", Tr::kHeadDim, smem_ready);
+  // Paged fp16 / bf16 kernels keep their page-index ring after the tiles (PageRing, fwd_common.cuh).
+  constexpr int kSmem = Tr::kSmemBytes + (kPaged && !Tr::kIsFp32 ? PageRing<Tr::kBlockN, Tr::kThreads>::kBytes : 0);
+  const fa_status st = smem_optin(kernel, kSmem, "CUDA forward", Tr::kHeadDim, smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();  // drop a stale non-sticky error so it is not blamed on this launch
-  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, kSmem, stream>>>(a);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch");
   return FA_OK;
@@ -81,19 +83,19 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
   return launch_fwd<Sm90FwdTraits<T, W>, kPaged>(args, stream);
 }
 
-// The paged decode kernel: grid (num_splits, heads_k, batch).
+// The paged decode kernel: grid (heads_k, num_splits, batch).
 template <typename T, int W>
 fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   using Tr = DecodeTraits<T, W>;
   static std::atomic<bool> smem_ready[kMaxDevices];
   const auto kernel = &fwd_decode_kernel<Tr>;
   if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
-  if (d.f.batch > 65535 || d.f.heads_k > 65535)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences and kv heads");
+  if (d.f.batch > 65535)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences per call");
   const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA paged decode", W, smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
-  kernel<<<dim3(d.num_splits, d.f.heads_k, d.f.batch), Tr::kThreads, Tr::kSmemBytes, stream>>>(d);
+  kernel<<<dim3(d.f.heads_k, d.num_splits, d.f.batch), Tr::kThreads, Tr::kSmemBytes, stream>>>(d);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_fail(err, "decode launch");
   return FA_OK;

@@ -95,15 +95,18 @@ struct SwizzledTileLoader {
       cp_async_16(s_tile + s_off + i * kRowStep * 128, pred ? src + i * step : g, pred);
     }
   }
-  // The same tile from a paged cache (rows key0 + r of `pr`; a bad page index zero-fills the row).
-  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, int key0, int valid_rows,
-                                       int valid_chunks) const {
+  // The same tile from a paged cache: block nb of `pr`, its page indices from `ring` (fwd_common's
+  // PageRing; a bad page index zero-fills the row).
+  template <class Ring>
+  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb, int key0,
+                                       int valid_rows, int valid_chunks) const {
     const bool col_ok = c < valid_chunks;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      bool ok = col_ok && r0 + i * kRowStep < valid_rows;
-      const char* src = ok ? pr.row(key0 + r0 + i * kRowStep, &ok) : pr.base;
-      cp_async_16(s_tile + s_off + i * kRowStep * 128, ok ? src + c * 16 : pr.base, ok);
+      const int r = r0 + i * kRowStep;
+      const int ri = col_ok && r < valid_rows ? pr.row_index(key0 + r, ring.page(nb, r)) : -1;
+      cp_async_16(s_tile + s_off + i * kRowStep * 128,
+                  ri >= 0 ? pr.base + static_cast<int64_t>(ri) * pr.row_bytes + c * 16 : pr.base, ri >= 0);
     }
   }
 };

@@ -63,11 +63,18 @@ describeGpu('CUDA concurrency', () => {
       if (!stop) setImmediate(spin);
     };
     setImmediate(spin);
+    // The calls are queued at once (stream-ordered); reading the last result waits for all eight
+    // on the GPU, and the event loop keeps turning meanwhile.
     let settled = false;
     const p = Promise.all(Array.from({ length: 8 }, () => flashAttention(q, kv, kv)));
     void p.then(() => (settled = true));
     expect(settled).toBe(false);
     const rs = await p;
+    const read = rs[7].out.toFloat32Array();
+    let readDone = false;
+    void read.then(() => (readDone = true));
+    expect(readDone).toBe(false);
+    expect((await read).length).toBe(4 * 4096 * 16 * 128);
     stop = true;
     expect(immediates).toBeGreaterThan(1);
     for (const r of rs) disposeAll(r.out, r.lse);

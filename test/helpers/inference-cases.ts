@@ -8,8 +8,13 @@ import { Rng, type DType } from './reference';
 
 const DTYPES: DType[] = ['float16', 'bfloat16', 'float32'];
 
-/** A random mask: none, causal, a window (edges 0, 1, small, large, -1), causal + window, softcap. */
-export function randomMask(rng: Rng, nk: number): MaskSpec {
+/**
+ * A random mask: none, causal, a window (edges 0, 1, small, large, -1), causal + window, softcap.
+ * Large scores under the cap (scale up to 2) for float16 / bfloat16; float32 keeps the default scale
+ * (at scale 2 even a naive float32 computation misses the 1e-5 float32 rule) with small caps instead,
+ * so that tanh saturates all the same.
+ */
+export function randomMask(rng: Rng, nk: number, dtype: DType = 'float16'): MaskSpec {
   const m: MaskSpec = {};
   const kind = rng.int(0, 5);
   const side = () => rng.pick([-1, 0, 1, 2, rng.int(3, Math.max(3, nk)), nk + 5]);
@@ -20,9 +25,13 @@ export function randomMask(rng: Rng, nk: number): MaskSpec {
     m.window = [side(), rng.pick([-1, 0, 3])];
   }
   if (kind === 4 || kind === 5 || rng.bool(0.2)) {
-    m.softcap = rng.pick([5, 30, 50]);
-    // Large scores under the cap: a scale that makes |scale * q.k| reach well past softcap.
-    if (rng.bool(0.5)) m.scale = rng.pick([0.5, 1.0, 2.0]);
+    if (dtype === 'float32') {
+      m.softcap = rng.pick([0.5, 1, 3]);
+    } else {
+      m.softcap = rng.pick([5, 30, 50]);
+      // Large scores under the cap: a scale that makes |scale * q.k| reach well past softcap.
+      if (rng.bool(0.5)) m.scale = rng.pick([0.5, 1.0, 2.0]);
+    }
   }
   return m;
 }
@@ -38,11 +47,12 @@ export function maskedDenseCases(seed: number, count: number, opts: { Ns: number
     const H = Hkv * rng.pick([1, 2, 4, 8]);
     const B = rng.pick([1, 2]);
     if (B * H * Nq * Nk * D > opts.budget) continue;
-    const m = randomMask(rng, Nk);
+    const dtype = DTYPES[out.length % 3];
+    const m = randomMask(rng, Nk, dtype);
     out.push({
       seed: seed * 1000 + out.length, B, Nq, Nk, H, Hkv, D, causal: m.causal ?? false,
       scale: m.scale, window: m.window, softcap: m.softcap,
-      layout: rng.bool() ? 'bshd' : 'bhsd', dtype: DTYPES[out.length % 3],
+      layout: rng.bool() ? 'bshd' : 'bhsd', dtype,
       deterministic: opts.gpu && rng.bool(0.3) ? true : undefined,
     });
   }
@@ -62,7 +72,7 @@ export function varlenCases(seed: number, count: number, opts: { maxLen: number;
     const same = rng.bool(0.5);
     const lensK = same ? [...lensQ] : lens(rng, B, opts.maxLen, true);
     const Hkv = rng.pick([1, 2]);
-    const m = randomMask(rng, opts.maxLen);
+    const m = randomMask(rng, opts.maxLen, DTYPES[i % 3]);
     out.push({
       seed: seed * 1000 + i, lensQ, lensK, H: Hkv * rng.pick([1, 2, 4, 8]), Hkv, D: rng.pick(opts.Ds),
       dtype: DTYPES[i % 3], ...m, deviceIndex: rng.bool(0.4), backward: opts.backward,
@@ -86,7 +96,7 @@ export function pagedCases(seed: number, count: number, opts: { maxBefore: numbe
     const Hkv = rng.pick([1, 2, 4, 8]);
     const group = rng.pick([1, 2, 4, 8]);
     const D = rng.pick(opts.Ds);
-    const m = randomMask(rng, Math.max(...total, 1));
+    const m = randomMask(rng, Math.max(...total, 1), DTYPES[i % 3]);
     const rot = rng.bool(0.4) ? {
       dim: rng.pick([D, Math.max(2, 2 * Math.floor(D / 4)), 2 * Math.floor(D / 2)].filter((x) => x >= 2 && x <= D && x % 2 === 0)),
       interleaved: rng.bool(),
@@ -105,9 +115,10 @@ export function mergeCases(seed: number, count: number, opts: { Ds: number[]; ma
   const rng = new Rng(seed);
   const out: MergeCase[] = [];
   for (let i = 0; i < count; i++) {
+    const packed = rng.bool();
     out.push({
-      seed: seed * 1000 + i, parts: rng.int(1, opts.maxParts), B: rng.int(1, 3), N: rng.int(1, 40), H: rng.int(1, 4),
-      D: rng.pick(opts.Ds), dtype: DTYPES[i % 3], packed: rng.bool(),
+      seed: seed * 1000 + i, parts: rng.int(1, opts.maxParts), B: packed ? 1 : rng.int(1, 3), N: rng.int(1, 40), H: rng.int(1, 4),
+      D: rng.pick(opts.Ds), dtype: DTYPES[i % 3], packed,
     });
   }
   return out;
