@@ -10,7 +10,9 @@
 //   cpu_check --bench [B H N D [causal]]
 //                             times fa_fwd_cpu / fa_bwd_cpu (fp32, fp16, bf16); default 1 8 2048 64,
 //                             best of FA_BENCH_REPS (5) runs; FA_BENCH_BM / _BN / _THREADS set the
-//                             tile sizes and thread count, FA_BENCH_FWD_ONLY=1 skips the backward.
+//                             tile sizes and thread count, FA_BENCH_FWD_ONLY=1 skips the backward,
+//                             FA_BENCH_WINDOW=left,right and FA_BENCH_SOFTCAP=c add a sliding
+//                             window / softcap (GFLOP/s then still count the unmasked work).
 //                             GFLOP/s use fwd = 4*B*H*N*N*D (halved when causal), bwd = 2.5x that.
 //
 // Every attention case runs with both kernel sets (the AVX2 one where the CPU has it, and the
@@ -2248,6 +2250,9 @@ double process_cpu_seconds() {
 void bench(int B, int H, int N, int D, bool causal) {
   printf("timing: B=%d H=%d N=%d D=%d %s, kernels %s, %u hardware threads\n", B, H, N, D,
          causal ? "causal" : "non-causal", fa_internal_cpu_isa(), std::thread::hardware_concurrency());
+  if (getenv("FA_BENCH_WINDOW") || getenv("FA_BENCH_SOFTCAP"))
+    printf("  window %s, softcap %s\n", getenv("FA_BENCH_WINDOW") ? getenv("FA_BENCH_WINDOW") : "none",
+           getenv("FA_BENCH_SOFTCAP") ? getenv("FA_BENCH_SOFTCAP") : "0");
   for (fa_dtype dt : {FA_FLOAT32, FA_FLOAT16, FA_BFLOAT16}) {
     std::mt19937 rng(1);
     Inputs in;
@@ -2272,6 +2277,11 @@ void bench(int B, int H, int N, int D, bool causal) {
     f.scale = 1.f / sqrtf((float)D);
     f.causal = causal;
     f.dtype = dt;
+    if (const char* s = getenv("FA_BENCH_WINDOW")) {
+      f.has_window = 1;
+      if (sscanf(s, "%d,%d", &f.window_left, &f.window_right) != 2) printf("FA_BENCH_WINDOW: expected left,right\n");
+    }
+    if (const char* s = getenv("FA_BENCH_SOFTCAP")) f.softcap = (float)atof(s);
     if (const char* s = getenv("FA_BENCH_BM")) f.block_m = atoi(s);
     if (const char* s = getenv("FA_BENCH_BN")) f.block_n = atoi(s);
     if (const char* s = getenv("FA_BENCH_THREADS")) f.num_threads = atoi(s);
@@ -2293,6 +2303,10 @@ void bench(int B, int H, int N, int D, bool causal) {
     b.head_dim = D;
     b.scale = f.scale;
     b.causal = causal;
+    b.has_window = f.has_window;
+    b.window_left = f.window_left;
+    b.window_right = f.window_right;
+    b.softcap = f.softcap;
     b.dtype = dt;
     b.block_m = f.block_m;
     b.block_n = f.block_n;
