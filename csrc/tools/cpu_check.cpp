@@ -958,6 +958,7 @@ XRef x_reference(const XData& x, bool lowp) {
     for (int hk = 0; hk < Hkv; ++hk) {
       for (int j = 0; j < nk; ++j)
         for (int d = 0; d < D; ++d) {
+          if (c.mode == PAGED && x.page_table[(size_t)b * x.mpps + j / c.page_size] < 0) continue;  // never seen
           K[(size_t)j * D + d] = x.k.get(x.kb(b), x.kn(b, j), hk, d);
           V[(size_t)j * D + d] = x.v.get(x.kb(b), x.kn(b, j), hk, d);
         }
@@ -1167,11 +1168,13 @@ XOut run_x(const XData& x, int threads) {
   return out;
 }
 
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 bool same_bits_x(const XOut& a, const XOut& b) {
   return a.o.buf == b.o.buf && a.dq.buf == b.dq.buf && a.dk.buf == b.dk.buf && a.dv.buf == b.dv.buf &&
-         memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0 &&
-         a.softmax_d.size() == b.softmax_d.size() &&
-         memcmp(a.softmax_d.data(), b.softmax_d.data(), a.softmax_d.size() * sizeof(float)) == 0;
+         same_floats(a.lse, b.lse) && same_floats(a.softmax_d, b.softmax_d);
 }
 
 struct XErr {
