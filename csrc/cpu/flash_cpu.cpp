@@ -9,30 +9,53 @@
 // set (used by cpu_check to test both).
 //
 // Scheme (see fa_core.h for the exact semantics):
-//   forward   one task per (batch, head, block of block_m query rows), streaming over key blocks
-//             of block_n keys (key blocks that are fully masked by causality are never visited).
-//             Per tile: S^T = K Q^T (Q is transposed once per task, so K and V tiles are used as
-//             loaded), online softmax in the log2 domain (scores times scale*log2(e), exp2;
-//             running max m and sum l per row, old O rescaled when the max grows), O += P V;
-//             O is normalised once at the end and LSE = (m + log2 l) * ln 2.
-//   backward  pass 0: Dvec = rowsum(dO * O) per query row (float32 workspace [B, H, Nq]).
+//   sequences every call is a list of `batch` sequences. Dense batches give them all the same
+//             lengths; packed (varlen) ones give sequence b its own Nq_b, Nk_b and row offsets
+//             (cu_seqlens), paged K/V a page table. A Seq (seq_of) says where a sequence's rows
+//             live, and tiles are loaded through a RowLoc (row n at base + n * row, or in its page),
+//             so the kernels below never do offset arithmetic of their own. Work lists are per
+//             sequence: task t belongs to the sequence b with start[b] <= t < start[b + 1].
+//   masks     causal and sliding window are one rule: query row i of a sequence sits at key
+//             position p = i + Nk_b - Nq_b and sees keys [max(0, p - left), min(Nk_b, p + right + 1))
+//             (row_lo / row_hi; kUnbounded stands for a side without limit, causal is right = 0).
+//             Both ends grow with i, so a query block sees one contiguous key range (block_keys)
+//             and a key block is seen by one contiguous range of query rows (block_queries):
+//             nothing outside them is visited. Tiles that every row sees completely (tile_full)
+//             take the unmasked path; the others get per-row column limits [lo, hi).
+//   softcap   right after the S GEMM each score s becomes softcap * tanh(scale * s / softcap) (times
+//             log2(e)), with a vectorised tanh (vtanh, ~2e-7 relative). The backward also keeps
+//             1 - tanh^2 per score and multiplies dS by it (the exact gradient); it is computed as
+//             u (2 - u) with u = 1 - |tanh|, so it stays accurate where tanh rounds to +-1.
+//   forward   one task per (sequence, head, block of block_m query rows), streaming over the key
+//             tiles of block_keys (block_n keys each, starting at its first key; paged K/V read in
+//             place also end tiles at page boundaries). Per tile: S^T = K Q^T (Q is transposed once
+//             per task, so K and V tiles are used as loaded), online softmax in the log2 domain
+//             (scores times scale*log2(e), exp2; running max m and sum l per row, old O rescaled
+//             when the max grows), O += P V; O is normalised once at the end and
+//             LSE = (m + log2 l) * ln 2.
+//   backward  pass 0: Dvec = rowsum(dO * O) per query row (float32 workspace laid out as lse).
 //             Then one of two race-free schemes, chosen from the shape alone (see plan_fused):
-//             fused:    one task per (batch, kv head, group of key blocks). For each key block,
-//                       for each query head of the GQA group and each query block: recompute
-//                       S and P = exp(S - LSE), dV += P^T dO, dP = dO V^T, dS = P (dP - Dvec),
-//                       dK += dS^T Q, and dQpart[key group] += dS K (5 tile GEMMs). A second
-//                       pass adds the dQ partials in key-group order.
-//             two-pass: one task per (batch, kv head, key block) for dK, dV as above, then one
-//                       task per (batch, head, query block) recomputing P and dS for dQ (7 tile
-//                       GEMMs, but no dQ workspace).
+//             fused:    (dense batches only) one task per (batch, kv head, group of key blocks).
+//                       For each key block, for each query head of the GQA group and each query
+//                       block of block_queries: recompute S and P = exp(S - LSE),
+//                       dV += P^T dO, dP = dO V^T, dS = P (dP - Dvec), dK += dS^T Q, and
+//                       dQpart[key group] += dS K (5 tile GEMMs). A second pass adds the dQ
+//                       partials in key-group order.
+//             two-pass: one task per (sequence, kv head, key block) for dK, dV as above, then one
+//                       task per (sequence, head, query block) recomputing P and dS for dQ (7 tile
+//                       GEMMs, but no dQ workspace). Packed batches always use it.
 //   Every output element is produced by exactly one task with a fixed summation order, so the
-//   results are bit-identical for any thread count or schedule.
+//   results are bit-identical for any thread count or schedule. A row that sees no key gets
+//   O = 0, LSE = +inf and dQ = 0; a key that no row sees gets dK = dV = 0. Host index arrays are
+//   validated before any work (fwd_sequences / bwd_sequences), paged ones for every page the
+//   call reads (and only those: with a window, pages that no query sees may hold any index).
 //
 // All tile arithmetic runs on contiguous float scratch (per thread: O((block_m + block_n) *
 // head_dim + block_m * block_n) floats) through one register-blocked GEMM micro-kernel (6 rows x
 // 2 vectors of accumulators, any strides for the broadcast operand). fp16 / bf16 inputs are
-// converted to float as tiles are loaded (fp32 inputs with head_dim % 8 == 0 are read in place);
-// outputs are rounded once when stored.
+// converted to float as tiles are loaded (fp32 inputs with head_dim % 8 == 0 are read in place
+// when the tile's rows are evenly strided, i.e. not spread over several pages); outputs are
+// rounded once when stored.
 
 #ifndef FA_CPU_KERNEL_PASS
 // =============================================================================================
@@ -47,6 +70,7 @@
 #include <algorithm>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "common/errors.h"
 #include "common/half.h"
@@ -70,19 +94,138 @@ constexpr float kLn2 = 0.6931471805599453f;
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 // Problem geometry shared by all tasks of one call.
+// A window side without limit: larger than any distance between two positions of a sequence.
+constexpr int64_t kUnbounded = int64_t(1) << 40;
+
+// Problem geometry shared by all tasks of one call.
 struct Geometry {
-  int B, Nq, Nk, H, Hkv, D, group;
-  int64_t shift;     // Nk - Nq: causal row i sees keys j <= i + shift
-  bool causal;
+  int B, Nq, Nk, H, Hkv, D, group;  // Nq, Nk: sequence lengths (packed or paged: the largest)
+  int64_t left, right;  // query row at key position p sees keys p - left .. p + right (kUnbounded: no limit)
+  bool softcap;         // score modifier on: score = softcap * tanh(scale * q.k / softcap)
+  float cap_in;         // scale / softcap
+  float cap_out;        // softcap * log2(e): the modified score in the log2 domain
   int bm, bn;        // tile sizes
   int Dp;            // D rounded up to 8 (row stride of row-major float tiles)
   int bmp, bnp;      // bm, bn rounded up to 8 (row strides of score tiles and transposed tiles)
   bool direct;       // fp32 with D % 8 == 0: read q/k/v/dO in place instead of converting copies
-  int nqb, nkb;      // number of query / key blocks
+  bool page_cap;     // paged K/V read in place: forward key tiles also end at page boundaries
+  int nqb, nkb;      // dense batches: number of query / key blocks
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
   fa_dtype dtype;
+  // Where the sequences live (see seq_of). Dense batches: all null.
+  const int32_t* cu_q;        // packed queries: [B + 1] row offsets
+  const int32_t* cu_k;        // packed K/V: [B + 1] row offsets
+  const int32_t* seqlens_k;   // paged K/V: [B] tokens per sequence
+  const int32_t* page_table;  // paged K/V: [B, max_pages]
+  int page_size, max_pages;
+  int64_t lse_hs;  // lse / dvec: elements between heads (Nq for dense batches, total_q packed)
 };
+
+// One sequence of the call: where its rows are and how long it is.
+struct Seq {
+  int64_t qb, q0;        // q, o, dout, dq: batch index and first row
+  int64_t kb, k0;        // k, v, dk, dv: batch index and first row (unused when paged)
+  int64_t nq, nk;        // its query rows and keys
+  int64_t shift;         // nk - nq: row i sits at key position i + shift
+  int64_t lse0;          // lse / dvec offset of (head 0, row 0); heads are g.lse_hs apart
+  const int32_t* pages;  // paged K/V: its row of the page table; else null
+};
+
+inline Seq seq_of(const Geometry& g, int64_t b) {
+  Seq s;
+  if (g.cu_q != nullptr) {
+    s.qb = 0;
+    s.q0 = g.cu_q[b];
+    s.nq = (int64_t)g.cu_q[b + 1] - g.cu_q[b];
+    s.lse0 = s.q0;
+  } else {
+    s.qb = b;
+    s.q0 = 0;
+    s.nq = g.Nq;
+    s.lse0 = b * g.H * (int64_t)g.Nq;
+  }
+  s.pages = nullptr;
+  if (g.page_table != nullptr) {
+    s.kb = s.k0 = 0;
+    s.nk = g.seqlens_k[b];
+    s.pages = g.page_table + b * (int64_t)g.max_pages;
+  } else if (g.cu_k != nullptr) {
+    s.kb = 0;
+    s.k0 = g.cu_k[b];
+    s.nk = (int64_t)g.cu_k[b + 1] - g.cu_k[b];
+  } else {
+    s.kb = b;
+    s.k0 = 0;
+    s.nk = g.Nk;
+  }
+  s.shift = s.nk - s.nq;
+  return s;
+}
+
+// Sequence of task t in a work list where sequence b owns tasks start[b] .. start[b + 1] - 1.
+inline int64_t task_seq(const int64_t* start, int B, int64_t t) {
+  return std::upper_bound(start, start + B + 1, t) - start - 1;
+}
+
+inline int64_t elem_offset(const fa_strides& s, int64_t b, int64_t n, int64_t h) {
+  return b * s.batch + n * s.row + h * s.head;
+}
+
+// Rows of one head of one sequence: row n is at element offset at(n).
+struct RowLoc {
+  int64_t base;          // offset of row 0 (or of the head, when paged)
+  int64_t row;           // elements between consecutive rows (of one page)
+  const int32_t* pages;  // paged: rows [j * page_size, (j + 1) * page_size) are in page pages[j]
+  int64_t page;          // elements between pages
+  int page_size;
+  int64_t at(int64_t n) const {
+    if (pages == nullptr) return base + n * row;
+    return base + (int64_t)pages[n / page_size] * page + (n % page_size) * row;
+  }
+  // True when rows n0 .. n0 + rows - 1 are evenly strided (one page).
+  bool even(int64_t n0, int rows) const { return pages == nullptr || n0 % page_size + rows <= page_size; }
+};
+
+inline RowLoc q_rows(const fa_strides& st, const Seq& s, int64_t h) {
+  return {elem_offset(st, s.qb, s.q0, h), st.row, nullptr, 0, 1};
+}
+inline RowLoc k_rows(const Geometry& g, const fa_strides& st, const Seq& s, int64_t hk) {
+  if (s.pages != nullptr) return {hk * st.head, st.row, s.pages, st.row * g.page_size, g.page_size};
+  return {elem_offset(st, s.kb, s.k0, hk), st.row, nullptr, 0, 1};
+}
+
+// ---- visibility (causal / sliding window), see the header ------------------------------------
+// Query row i sees keys [row_lo, row_hi); it sees none when row_lo >= row_hi.
+inline int64_t row_lo(const Geometry& g, const Seq& s, int64_t i) {
+  return std::max<int64_t>(0, i + s.shift - g.left);
+}
+inline int64_t row_hi(const Geometry& g, const Seq& s, int64_t i) {
+  return std::min<int64_t>(s.nk, i + s.shift + g.right + 1);
+}
+
+struct Range {
+  int64_t lo, hi;  // [lo, hi), empty when lo >= hi
+};
+
+// Keys seen by some row of [i0, i0 + rows). Rows that see nothing are those with
+// i + shift + right < 0 (left, right >= 0): they come first, and the rest see one contiguous range.
+inline Range block_keys(const Geometry& g, const Seq& s, int64_t i0, int64_t rows) {
+  const int64_t first = std::max<int64_t>(i0, -s.shift - g.right);  // first row that sees a key
+  const int64_t last = i0 + rows - 1;
+  if (first > last || s.nk == 0) return {0, 0};
+  return {row_lo(g, s, first), row_hi(g, s, last)};
+}
+
+// Query rows that see some key of [k0, k0 + nc) (0 <= k0 < k0 + nc <= nk).
+inline Range block_queries(const Geometry& g, const Seq& s, int64_t k0, int64_t nc) {
+  return {std::max<int64_t>(0, k0 - s.shift - g.right), std::min<int64_t>(s.nq, k0 + nc + g.left - s.shift)};
+}
+
+// True when every row of [i0, i0 + rows) sees every key of [k0, k0 + nc): no mask needed.
+inline bool tile_full(const Geometry& g, const Seq& s, int64_t i0, int rows, int64_t k0, int nc) {
+  return row_lo(g, s, i0 + rows - 1) <= k0 && row_hi(g, s, i0) >= k0 + nc;
+}
 
 struct FwdArgs {
   Geometry g;
@@ -90,6 +233,7 @@ struct FwdArgs {
   void* o;
   float* lse;
   fa_strides qs, ks, vs, os;
+  const int64_t* q_start;  // [B + 1]: first task of each sequence (H x its query blocks)
 };
 
 struct BwdArgs {
@@ -98,7 +242,10 @@ struct BwdArgs {
   const float* lse;
   void *dq, *dk, *dv;
   fa_strides dos, qs, ks, vs, os, dqs, dks, dvs;
-  float* dvec;  // [B, H, Nq] workspace: rowsum(dO * O)
+  float* dvec;  // workspace laid out as lse: rowsum(dO * O)
+  int64_t dot_B, dot_N;     // pass 0 sees the rows as [dot_B, dot_N] (packed: [1, total_q])
+  const int64_t* q_start;   // two-pass dQ tasks: [B + 1], H x query blocks per sequence
+  const int64_t* kv_start;  // two-pass dK / dV tasks: [B + 1], Hkv x key blocks per sequence
   // fused scheme only: dQ partial sums, [slab unit][key group][group head][Nq][Dp]
   float* dq_part;
   int n_groups;       // key groups per (batch, kv head)
@@ -107,17 +254,15 @@ struct BwdArgs {
   int slab_n;         // units in the current slab
 };
 
-inline int64_t elem_offset(const fa_strides& s, int64_t b, int64_t n, int64_t h) {
-  return b * s.batch + n * s.row + h * s.head;
-}
-
 // Per-thread scratch layout (in floats; every buffer starts on a 64-byte boundary). One layout
 // serves the forward and both backward passes; each kernel uses its own subset.
 struct Scratch {
   int64_t qr, dor, kr, vr, acc, dk, dv;  // row-major float tiles, [rows][Dp]
   int64_t qt, dot, kt, vt;               // transposed tiles, [D][bmp] (q, dO) or [D][bnp] (k, v)
   int64_t s, dp;                         // score tiles, [bm][bnp] or [bn][bmp]
-  int64_t m, l, alpha, lse2, dvec, vis;  // per query row, bmp entries (vis holds int32)
+  int64_t dt;                            // softcap only: 1 - tanh^2 of the scores, [bm][bnp]
+  int64_t m, l, alpha, lse2, dvec;       // per query row, bmp entries
+  int64_t vlo, vhi;                      // per query row (int32): visible columns [vlo, vhi) of a tile
   int64_t tmp;                           // 8 converted rows for transposing loads, [8][Dp]
   int64_t total;
   explicit Scratch(const Geometry& g) {
@@ -138,18 +283,21 @@ struct Scratch {
     const int64_t tile = std::max((int64_t)g.bm * g.bnp, (int64_t)g.bn * g.bmp);
     s = take(tile);
     dp = take(tile);
+    dt = g.softcap ? take((int64_t)g.bm * g.bnp) : 0;
     m = take(g.bmp);
     l = take(g.bmp);
     alpha = take(g.bmp);
     lse2 = take(g.bmp);
     dvec = take(g.bmp);
-    vis = take(g.bmp);
+    vlo = take(g.bmp);
+    vhi = take(g.bmp);
     tmp = take(8 * (int64_t)g.Dp);
     total = at;
   }
 };
 
 constexpr int kDotRowsPerTask = 256;  // backward pass 0 granularity
+
 
 }  // namespace cpu
 }  // namespace fa
@@ -253,9 +401,22 @@ int raw_dtype(const fa_dtype* field) {
   return v;
 }
 
-// Validates the shape fields shared by forward and backward; fills `g` on success.
+// Sets the tile sizes for sequences of at most Nq queries and Nk keys.
+void size_tiles(Geometry* g, int Nq, int Nk, int bm, int bn) {
+  g->Nq = Nq;
+  g->Nk = Nk;
+  g->bm = std::max(1, std::min({bm > 0 ? bm : kDefaultBlockM, std::max(Nq, 1), kMaxBlock}));
+  g->bn = std::max(1, std::min({bn > 0 ? bn : kDefaultBlockN, std::max(Nk, 1), kMaxBlock}));
+  g->bmp = round_up(g->bm, 8);
+  g->bnp = round_up(g->bn, 8);
+  g->nqb = (Nq + g->bm - 1) / g->bm;
+  g->nkb = (Nk + g->bn - 1) / g->bn;
+}
+
+// Validates the shape fields shared by forward and backward; fills `g` on success (dense
+// sequences, no mask, no score modifier: see set_scores and the *_sequences functions).
 fa_status make_geometry(const char* fn, int B, int Nq, int Nk, int H, int Hkv, int D, float scale,
-                        int causal, int dtype_raw, int bm, int bn, int num_threads, Geometry* g) {
+                        int dtype_raw, int bm, int bn, int num_threads, Geometry* g) {
   const std::string pre = std::string(fn) + ": ";
   if (B < 0 || Nq < 0 || Nk < 0)
     return fail(FA_ERR_INVALID, pre + "batch and sequence lengths must be >= 0 (got batch=" +
@@ -279,26 +440,164 @@ fa_status make_geometry(const char* fn, int B, int Nq, int Nk, int H, int Hkv, i
     return fail(FA_ERR_INVALID, pre + "num_threads must be >= 0 (0 = all cores; got " +
                                     std::to_string(num_threads) + ")");
   g->B = B;
-  g->Nq = Nq;
-  g->Nk = Nk;
   g->H = H;
   g->Hkv = Hkv;
   g->D = D;
   g->group = H / Hkv;
-  g->shift = (int64_t)Nk - Nq;
-  g->causal = causal != 0;
-  g->bm = std::max(1, std::min({bm > 0 ? bm : kDefaultBlockM, std::max(Nq, 1), kMaxBlock}));
-  g->bn = std::max(1, std::min({bn > 0 ? bn : kDefaultBlockN, std::max(Nk, 1), kMaxBlock}));
+  g->left = g->right = kUnbounded;
+  g->softcap = false;
+  g->cap_in = g->cap_out = 0.f;
+  size_tiles(g, Nq, Nk, bm, bn);
   g->Dp = round_up(D, 8);
-  g->bmp = round_up(g->bm, 8);
-  g->bnp = round_up(g->bn, 8);
   g->direct = dtype == FA_FLOAT32 && D % 8 == 0;
-  g->nqb = (Nq + g->bm - 1) / g->bm;
-  g->nkb = (Nk + g->bn - 1) / g->bn;
+  g->page_cap = false;
   g->scale = scale;
   g->scale_log2 = scale * kLog2e;
   g->dtype = dtype;
+  g->cu_q = g->cu_k = g->seqlens_k = g->page_table = nullptr;
+  g->page_size = 1;
+  g->max_pages = 0;
+  g->lse_hs = Nq;
   return FA_OK;
+}
+
+// Causal, sliding window and softcap (fa_core.h): fills g->left, g->right, g->softcap.
+fa_status set_scores(const char* fn, int causal, int has_window, int window_left, int window_right,
+                     float softcap, Geometry* g) {
+  const std::string pre = std::string(fn) + ": ";
+  if (has_window) {
+    if (window_left < -1 || window_right < -1)
+      return fail(FA_ERR_INVALID, pre + "window_left and window_right must be >= -1 (-1 = unbounded; got " +
+                                      std::to_string(window_left) + ", " + std::to_string(window_right) + ")");
+    if (window_left >= 0) g->left = window_left;
+    if (window_right >= 0) g->right = window_right;
+  }
+  if (causal) g->right = 0;  // window_right >= 0 is never looser
+  if (!(softcap >= 0.f) || softcap == INFINITY)
+    return fail(FA_ERR_INVALID, pre + "softcap must be finite and >= 0 (0 = off; got " + std::to_string(softcap) + ")");
+  if (softcap > 0.f) {
+    g->softcap = true;
+    g->cap_in = g->scale / softcap;
+    g->cap_out = softcap * kLog2e;
+  }
+  return FA_OK;
+}
+
+// Checks a host prefix-sum array cu[0..B] (cu[0] = 0, non-decreasing, cu[B] = total unless total
+// is < 0) and returns the largest difference in *max_len.
+fa_status check_cu(const char* fn, const char* name, const int32_t* cu, int B, int64_t total,
+                   const char* total_name, int* max_len) {
+  const std::string pre = std::string(fn) + ": " + name;
+  if (cu[0] != 0) return fail(FA_ERR_INVALID, pre + "[0] must be 0 (got " + std::to_string(cu[0]) + ")");
+  int longest = 0;
+  for (int b = 0; b < B; ++b) {
+    if (cu[b + 1] < cu[b])
+      return fail(FA_ERR_INVALID, pre + " must be non-decreasing (" + name + "[" + std::to_string(b) + "] = " +
+                                      std::to_string(cu[b]) + " > " + name + "[" + std::to_string(b + 1) +
+                                      "] = " + std::to_string(cu[b + 1]) + ")");
+    longest = std::max(longest, cu[b + 1] - cu[b]);
+  }
+  if (total >= 0 && cu[B] != total)
+    return fail(FA_ERR_INVALID, pre + "[batch] = " + std::to_string(cu[B]) + " must equal " + total_name + " = " +
+                                    std::to_string(total));
+  *max_len = longest;
+  return FA_OK;
+}
+
+// Forward: packed / paged sequences (fa_core.h). Validates every host index array, including the
+// page of every token the call reads; sizes the tiles for the longest sequences. After set_scores.
+fa_status fwd_sequences(const char* fn, const fa_fwd_params* p, Geometry* g) {
+  const std::string pre = std::string(fn) + ": ";
+  if (p->cu_seqlens_q == nullptr) {
+    if (p->cu_seqlens_k != nullptr || p->page_table != nullptr || p->seqlens_k != nullptr)
+      return fail(FA_ERR_INVALID, pre + "cu_seqlens_k, page_table and seqlens_k need cu_seqlens_q (packed queries)");
+    return FA_OK;
+  }
+  if (p->total_q < 0) return fail(FA_ERR_INVALID, pre + "total_q must be >= 0 (got " + std::to_string(p->total_q) + ")");
+  fa_status st;
+  int max_q = 0, max_k = 0;
+  if ((st = check_cu(fn, "cu_seqlens_q", p->cu_seqlens_q, g->B, p->total_q, "total_q", &max_q)) != FA_OK) return st;
+  if (p->page_table != nullptr) {
+    if (p->cu_seqlens_k != nullptr)
+      return fail(FA_ERR_INVALID, pre + "give either cu_seqlens_k (packed K/V) or page_table (paged K/V), not both");
+    if (p->seqlens_k == nullptr) return fail(FA_ERR_INVALID, pre + "seqlens_k must not be null with page_table");
+    if (p->page_size < 1 || p->max_pages_per_seq < 0 || p->num_pages < 0)
+      return fail(FA_ERR_INVALID, pre + "page_size must be >= 1, max_pages_per_seq and num_pages >= 0 (got " +
+                                      std::to_string(p->page_size) + ", " + std::to_string(p->max_pages_per_seq) +
+                                      ", " + std::to_string(p->num_pages) + ")");
+    const int64_t cap = (int64_t)p->max_pages_per_seq * p->page_size;
+    for (int b = 0; b < g->B; ++b) {
+      const int32_t n = p->seqlens_k[b];
+      if (n < 0 || n > cap)
+        return fail(FA_ERR_INVALID, pre + "seqlens_k[" + std::to_string(b) + "] = " + std::to_string(n) +
+                                        " must be in 0..max_pages_per_seq * page_size = " + std::to_string(cap));
+      max_k = std::max(max_k, (int)n);
+    }
+    g->seqlens_k = p->seqlens_k;
+    g->page_table = p->page_table;
+    g->page_size = p->page_size;
+    g->max_pages = p->max_pages_per_seq;
+  } else {
+    if (p->cu_seqlens_k == nullptr)
+      return fail(FA_ERR_INVALID, pre + "cu_seqlens_q needs cu_seqlens_k (packed K/V) or page_table (paged K/V)");
+    if ((st = check_cu(fn, "cu_seqlens_k", p->cu_seqlens_k, g->B, -1, "", &max_k)) != FA_OK) return st;
+    g->cu_k = p->cu_seqlens_k;
+  }
+  g->cu_q = p->cu_seqlens_q;
+  g->lse_hs = p->total_q;
+  size_tiles(g, max_q, max_k, p->block_m, p->block_n);
+  g->page_cap = g->page_table != nullptr && g->direct && g->page_size >= g->bn;
+  if (g->page_table != nullptr) {
+    // Every page holding a token that some query of the sequence sees (and nothing else is read).
+    for (int b = 0; b < g->B; ++b) {
+      const Seq s = seq_of(*g, b);
+      const Range keys = block_keys(*g, s, 0, s.nq);
+      if (keys.lo >= keys.hi) continue;
+      for (int64_t j = keys.lo / g->page_size; j <= (keys.hi - 1) / g->page_size; ++j) {
+        const int32_t page = s.pages[j];
+        if (page < 0 || page >= p->num_pages)
+          return fail(FA_ERR_INVALID, pre + "page_table[" + std::to_string(b) + "][" + std::to_string(j) + "] = " +
+                                          std::to_string(page) + " is outside [0, num_pages = " +
+                                          std::to_string(p->num_pages) + ") (sequence " + std::to_string(b) +
+                                          " reads tokens " + std::to_string(keys.lo) + ".." +
+                                          std::to_string(keys.hi - 1) + ")");
+      }
+    }
+  }
+  return FA_OK;
+}
+
+// Backward: packed sequences (both cu_seqlens or neither).
+fa_status bwd_sequences(const char* fn, const fa_bwd_params* p, Geometry* g) {
+  const std::string pre = std::string(fn) + ": ";
+  if (p->cu_seqlens_q == nullptr && p->cu_seqlens_k == nullptr) return FA_OK;
+  if (p->cu_seqlens_q == nullptr || p->cu_seqlens_k == nullptr)
+    return fail(FA_ERR_INVALID, pre + "cu_seqlens_q and cu_seqlens_k must be given together");
+  if (p->total_q < 0 || p->total_k < 0)
+    return fail(FA_ERR_INVALID, pre + "total_q and total_k must be >= 0 (got " + std::to_string(p->total_q) + ", " +
+                                    std::to_string(p->total_k) + ")");
+  fa_status st;
+  int max_q = 0, max_k = 0;
+  if ((st = check_cu(fn, "cu_seqlens_q", p->cu_seqlens_q, g->B, p->total_q, "total_q", &max_q)) != FA_OK ||
+      (st = check_cu(fn, "cu_seqlens_k", p->cu_seqlens_k, g->B, p->total_k, "total_k", &max_k)) != FA_OK)
+    return st;
+  g->cu_q = p->cu_seqlens_q;
+  g->cu_k = p->cu_seqlens_k;
+  g->lse_hs = p->total_q;
+  size_tiles(g, max_q, max_k, p->block_m, p->block_n);
+  return FA_OK;
+}
+
+// Work list of a pass: start[b] = first task of sequence b, which owns `per` x (its query rows,
+// or keys, in blocks of `blk`) tasks.
+std::vector<int64_t> task_starts(const Geometry& g, bool keys, int per, int blk) {
+  std::vector<int64_t> start((size_t)g.B + 1, 0);
+  for (int b = 0; b < g.B; ++b) {
+    const Seq s = seq_of(g, b);
+    const int64_t n = keys ? s.nk : s.nq;
+    start[b + 1] = start[b] + per * ((n + blk - 1) / blk);
+  }
+  return start;
 }
 
 fa_status need(const char* fn, const void* ptr, const char* name) {
@@ -322,11 +621,15 @@ struct FloatBuffer {
   FloatBuffer& operator=(const FloatBuffer&) = delete;
 };
 
-void zero_rows(void* base, const fa_strides& s, fa_dtype dt, int64_t b, int64_t h, int64_t n0, int64_t n1,
-               int D) {
+void zero_rows(void* base, const RowLoc& loc, fa_dtype dt, int64_t n0, int64_t n1, int D) {
   const size_t es = dt == FA_FLOAT32 ? 4 : 2;
-  for (int64_t n = n0; n < n1; ++n)
-    memset(static_cast<char*>(base) + elem_offset(s, b, n, h) * (int64_t)es, 0, (size_t)D * es);
+  for (int64_t n = n0; n < n1; ++n) memset(static_cast<char*>(base) + loc.at(n) * (int64_t)es, 0, (size_t)D * es);
+}
+
+// Zeroes rows 0..n-1 of every head of every batch entry (packed: n = total rows, batch 1).
+void zero_all(void* base, const fa_strides& s, fa_dtype dt, int64_t batches, int heads, int64_t n, int D) {
+  for (int64_t b = 0; b < batches; ++b)
+    for (int h = 0; h < heads; ++h) zero_rows(base, {elem_offset(s, b, 0, h), s.row, nullptr, 0, 1}, dt, 0, n, D);
 }
 
 // Backward scheme choice. It depends on the shape only (never on the thread count), so results
@@ -335,8 +638,9 @@ void zero_rows(void* base, const fa_strides& s, fa_dtype dt, int64_t b, int64_t 
 //             needs n_groups fp32 copies of dQ per unit of a slab (bounded by kFusedBudget).
 //   two-pass: 7 tile GEMMs per pair, no large workspace, B*Hkv*nkb + B*H*nqb tasks.
 // Fused is used when its workspace fits and it still yields kFusedMinTasks tasks per slab.
-// FA_CPU_BWD=fused / twopass forces a scheme (fused only where its workspace fits);
-// FA_CPU_FUSED_SLAB=n caps the units per slab (both are testing aids).
+// Packed batches always take the two-pass scheme (its tasks follow each sequence's own length).
+// FA_CPU_BWD=fused / twopass forces a scheme (fused only where its workspace fits and the batch
+// is dense); FA_CPU_FUSED_SLAB=n caps the units per slab (both are testing aids).
 constexpr int64_t kFusedBudget = int64_t(8) << 20;  // floats (32 MiB)
 constexpr int64_t kFusedTargetTasks = 32;
 constexpr int64_t kFusedMinTasks = 8;
@@ -353,7 +657,7 @@ FusedPlan plan_fused(const Geometry& g) {
   const char* env = getenv("FA_CPU_BWD");
   const bool force_two = env != nullptr && strcmp(env, "twopass") == 0;
   const bool force_fused = env != nullptr && strcmp(env, "fused") == 0;
-  if (force_two) return plan;
+  if (force_two || g.cu_q != nullptr) return plan;
   const int64_t units = (int64_t)g.B * g.Hkv;
   plan.unit_floats = (int64_t)g.group * g.Nq * g.Dp;
   if (plan.unit_floats > kFusedBudget) return plan;
@@ -373,9 +677,15 @@ fa_status fwd_impl(const fa_fwd_params* p) {
   if (p == nullptr) return fail(FA_ERR_INVALID, "fa_fwd_cpu: params must not be null");
   Geometry g;
   fa_status st = make_geometry(fn, p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, p->head_dim,
-                               p->scale, p->causal, raw_dtype(&p->dtype), p->block_m, p->block_n, p->num_threads, &g);
+                               p->scale, raw_dtype(&p->dtype), p->block_m, p->block_n, p->num_threads, &g);
   if (st != FA_OK) return st;
-  if (g.B == 0 || g.Nq == 0) return FA_OK;
+  if ((st = set_scores(fn, p->causal, p->has_window, p->window_left, p->window_right, p->softcap, &g)) != FA_OK)
+    return st;
+  const bool packed = p->cu_seqlens_q != nullptr;
+  if (g.B == 0 && !packed) return FA_OK;
+  if ((st = fwd_sequences(fn, p, &g)) != FA_OK) return st;
+  const int64_t q_batches = packed ? 1 : g.B, q_rows = packed ? p->total_q : g.Nq;
+  if (q_batches * q_rows == 0) return FA_OK;
   if ((st = need(fn, p->q, "q")) != FA_OK || (st = need(fn, p->o, "o")) != FA_OK ||
       (st = need(fn, p->lse, "lse")) != FA_OK)
     return st;
@@ -394,15 +704,16 @@ fa_status fwd_impl(const fa_fwd_params* p) {
   a.os = p->o_str;
 
   if (g.Nk == 0) {  // nothing to attend to: o = 0, lse = +inf
-    for (int b = 0; b < g.B; ++b)
-      for (int h = 0; h < g.H; ++h) zero_rows(a.o, a.os, g.dtype, b, h, 0, g.Nq, g.D);
-    const int64_t n = (int64_t)g.B * g.H * g.Nq;
+    zero_all(a.o, a.os, g.dtype, q_batches, g.H, q_rows, g.D);
+    const int64_t n = q_batches * g.H * q_rows;
     for (int64_t i = 0; i < n; ++i) a.lse[i] = INFINITY;
     return FA_OK;
   }
 
   const KernelSet& ks = kernels();
-  const int64_t n_tasks = (int64_t)g.B * g.H * g.nqb;
+  const std::vector<int64_t> q_start = task_starts(g, false, g.H, g.bm);
+  a.q_start = q_start.data();
+  const int64_t n_tasks = q_start.back();
   const int threads = planned_threads(p->num_threads, n_tasks);
   const Scratch layout(g);
   FloatBuffer scratch(layout.total * threads);
@@ -420,13 +731,21 @@ fa_status bwd_impl(const fa_bwd_params* p) {
   if (p == nullptr) return fail(FA_ERR_INVALID, "fa_bwd_cpu: params must not be null");
   Geometry g;
   fa_status st = make_geometry(fn, p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, p->head_dim,
-                               p->scale, p->causal, raw_dtype(&p->dtype), p->block_m, p->block_n, p->num_threads, &g);
+                               p->scale, raw_dtype(&p->dtype), p->block_m, p->block_n, p->num_threads, &g);
   if (st != FA_OK) return st;
-  if (g.B == 0 || (g.Nq == 0 && g.Nk == 0)) return FA_OK;
-  if (g.Nq > 0) {
+  if ((st = set_scores(fn, p->causal, p->has_window, p->window_left, p->window_right, p->softcap, &g)) != FA_OK)
+    return st;
+  const bool packed = p->cu_seqlens_q != nullptr || p->cu_seqlens_k != nullptr;
+  if (g.B == 0 && !packed) return FA_OK;
+  if ((st = bwd_sequences(fn, p, &g)) != FA_OK) return st;
+  // Rows as [batches, rows] per head: dense [B, Nq] / [B, Nk], packed [1, total_q] / [1, total_k].
+  const int64_t batches = packed ? 1 : g.B;
+  const int64_t q_rows = packed ? p->total_q : g.Nq, k_rows_n = packed ? p->total_k : g.Nk;
+  if (batches == 0 || (q_rows == 0 && k_rows_n == 0)) return FA_OK;
+  if (q_rows > 0) {
     if ((st = need(fn, p->dq, "dq")) != FA_OK) return st;
   }
-  if (g.Nk > 0) {
+  if (k_rows_n > 0) {
     if ((st = need(fn, p->dk, "dk")) != FA_OK || (st = need(fn, p->dv, "dv")) != FA_OK) return st;
   }
 
@@ -450,19 +769,27 @@ fa_status bwd_impl(const fa_bwd_params* p) {
   a.dks = p->dk_str;
   a.dvs = p->dv_str;
   a.dvec = nullptr;
+  a.dot_B = batches;
+  a.dot_N = q_rows;
+  a.q_start = a.kv_start = nullptr;
   a.dq_part = nullptr;
   a.n_groups = 0;
   a.group_blocks = 0;
   a.slab_u0 = 0;
   a.slab_n = 0;
 
+  const KernelSet& ks = kernels();
+  const int64_t chunks = (q_rows + kDotRowsPerTask - 1) / kDotRowsPerTask;
+  auto dot_body = [&](int64_t t, int) { ks.dot(a, t); };
   if (g.Nq == 0 || g.Nk == 0) {  // no attention at all: every gradient is zero
-    for (int b = 0; b < g.B; ++b) {
-      for (int h = 0; h < g.H; ++h) zero_rows(a.dq, a.dqs, g.dtype, b, h, 0, g.Nq, g.D);
-      for (int h = 0; h < g.Hkv; ++h) {
-        zero_rows(a.dk, a.dks, g.dtype, b, h, 0, g.Nk, g.D);
-        zero_rows(a.dv, a.dvs, g.dtype, b, h, 0, g.Nk, g.D);
-      }
+    zero_all(a.dq, a.dqs, g.dtype, batches, g.H, q_rows, g.D);
+    zero_all(a.dk, a.dks, g.dtype, batches, g.Hkv, k_rows_n, g.D);
+    zero_all(a.dv, a.dvs, g.dtype, batches, g.Hkv, k_rows_n, g.D);
+    if (p->softmax_d != nullptr && q_rows > 0) {  // still D = rowsum(dO * O), as asked
+      if ((st = need(fn, p->dout, "dout")) != FA_OK || (st = need(fn, p->o, "o")) != FA_OK) return st;
+      a.dvec = p->softmax_d;
+      if (!parallel_for(batches * g.H * chunks, p->num_threads, dot_body))
+        return fail(FA_ERR_INVALID, "fa_bwd_cpu: internal error in a worker task");
     }
     return FA_OK;
   }
@@ -471,18 +798,15 @@ fa_status bwd_impl(const fa_bwd_params* p) {
       (st = need(fn, p->o, "o")) != FA_OK || (st = need(fn, p->lse, "lse")) != FA_OK)
     return st;
 
-  const KernelSet& ks = kernels();
-  FloatBuffer dvec((int64_t)g.B * g.H * g.Nq);
+  FloatBuffer dvec(batches * g.H * q_rows);
   if (dvec.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_bwd_cpu: cannot allocate workspace");
   a.dvec = dvec.ptr;
 
   // pass 0: Dvec = rowsum(dO * O)
-  const int64_t chunks = (g.Nq + kDotRowsPerTask - 1) / kDotRowsPerTask;
-  auto dot_body = [&](int64_t t, int) { ks.dot(a, t); };
-  if (!parallel_for((int64_t)g.B * g.H * chunks, p->num_threads, dot_body))
+  if (!parallel_for(batches * g.H * chunks, p->num_threads, dot_body))
     return fail(FA_ERR_INVALID, "fa_bwd_cpu: internal error in a worker task");
-  if (p->softmax_d != nullptr)  // the caller asked for D itself: [B, H, Nq], same layout as dvec
-    std::memcpy(p->softmax_d, dvec.ptr, sizeof(float) * (size_t)g.B * g.H * g.Nq);
+  if (p->softmax_d != nullptr)  // the caller asked for D itself: same layout as lse and dvec
+    std::memcpy(p->softmax_d, dvec.ptr, sizeof(float) * (size_t)(batches * g.H * q_rows));
 
   const Scratch layout(g);
   const int64_t per = layout.total;
@@ -516,8 +840,12 @@ fa_status bwd_impl(const fa_bwd_params* p) {
 
   // Two-pass scheme: pass 1 (dK, dV per key block) then pass 2 (dQ per query block, recomputing
   // P and dS); they share one pool of scratch.
-  const int64_t kv_tasks = (int64_t)g.B * g.Hkv * g.nkb;
-  const int64_t q_tasks = (int64_t)g.B * g.H * g.nqb;
+  const std::vector<int64_t> kv_start = task_starts(g, true, g.Hkv, g.bn);
+  const std::vector<int64_t> q_start = task_starts(g, false, g.H, g.bm);
+  a.kv_start = kv_start.data();
+  a.q_start = q_start.data();
+  const int64_t kv_tasks = kv_start.back();
+  const int64_t q_tasks = q_start.back();
   const int threads = std::max(planned_threads(p->num_threads, kv_tasks), planned_threads(p->num_threads, q_tasks));
   FloatBuffer scratch(per * threads);
   if (scratch.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_bwd_cpu: cannot allocate scratch");
@@ -684,6 +1012,37 @@ static void gemm(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs
   for (; n < N; n += VL) gemm_panel<1, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
 }
 
+
+// tanh(x) and 1 - tanh(x)^2, vectorised; relative error ~2e-7 for both (Cephes tanhf). |x| < 0.625:
+// an odd polynomial; else tanh = sign(x) (1 - u) with u = 2 / (e^{2|x|} + 1), and 1 - tanh^2 =
+// u (2 - u), which stays accurate where tanh rounds to +-1. NaN gives NaN; +-inf gives +-1, 0.
+static inline __attribute__((always_inline)) void vtanh(vf x, vf& t, vf& d) {
+  const vu sign = (vu)x & 0x80000000u;
+  const vf ax = (vf)((vu)x & 0x7fffffffu);
+  const vf z = x * x;
+  vf p = vsplat(-5.70498872745e-3f);
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const vf t_small = x + x * z * p;
+  const vf u = 2.f / (vexp2(ax * (2.f * kLog2e)) + 1.f);
+  const vf t_large = (vf)((vu)(1.f - u) | sign);
+  const vi small = (vi)(ax < 0.625f);
+  t = vselect(small, t_small, t_large);
+  d = vselect(small, 1.f - t_small * t_small, u * (2.f - u));
+}
+
+// Softcap on a score tile of n floats (n a multiple of 8), in place: s -> softcap * log2(e) *
+// tanh(scale * s / softcap), the score in the log2 domain.
+static void softcap_tile(float* __restrict s, int64_t n, float cap_in, float cap_out) {
+  for (int64_t i = 0; i < n; i += VL) {
+    vf t, d;
+    vtanh(vload(s + i) * cap_in, t, d);
+    vstore(s + i, t * cap_out);
+  }
+}
+
 // ---- tile loads / stores -----------------------------------------------------------------------
 // Converts one row of D elements (at element offset `off` of `base`) to float.
 static inline void load_row(const void* base, int64_t off, fa_dtype dt, int D, float* __restrict dst) {
@@ -722,41 +1081,41 @@ static inline void store_row(const float* __restrict src, int D, fa_dtype dt, vo
   }
 }
 
-// Loads rows [n0, n0+rows) of head h of batch b into a row-major [rows][Dp] float tile; the
-// columns D..Dp-1 are zeroed.
-static void load_tile(const void* base, const fa_strides& st, fa_dtype dt, int64_t b, int64_t h, int64_t n0,
-                      int rows, int D, int Dp, float* __restrict dst) {
+// Loads rows [n0, n0+rows) of `loc` into a row-major [rows][Dp] float tile; the columns D..Dp-1
+// are zeroed.
+static void load_tile(const void* base, const RowLoc& loc, fa_dtype dt, int64_t n0, int rows, int D, int Dp,
+                      float* __restrict dst) {
   for (int r = 0; r < rows; ++r) {
     float* row = dst + (int64_t)r * Dp;
-    load_row(base, elem_offset(st, b, n0 + r, h), dt, D, row);
+    load_row(base, loc.at(n0 + r), dt, D, row);
     for (int d = D; d < Dp; ++d) row[d] = 0.f;
   }
 }
 
-// A block of rows as float: either the tensor itself (fp32 with D % 8 == 0, so a row of Dp = D
-// floats is exactly the row) or a converted copy in `buf`.
+// A block of rows as float: either the tensor itself (fp32 with D % 8 == 0 and evenly strided
+// rows, so a row of Dp = D floats is exactly the row) or a converted copy in `buf`.
 struct RowsView {
   const float* p;
   int64_t ld;
 };
 
-static inline RowsView rows_view(const void* base, const fa_strides& st, const Geometry& g, int64_t b, int64_t h,
-                                 int64_t n0, int rows, float* buf) {
-  if (g.direct) return {static_cast<const float*>(base) + elem_offset(st, b, n0, h), st.row};
-  load_tile(base, st, g.dtype, b, h, n0, rows, g.D, g.Dp, buf);
+static inline RowsView rows_view(const void* base, const RowLoc& loc, const Geometry& g, int64_t n0, int rows,
+                                 float* buf) {
+  if (g.direct && loc.even(n0, rows)) return {static_cast<const float*>(base) + loc.at(n0), loc.row};
+  load_tile(base, loc, g.dtype, n0, rows, g.D, g.Dp, buf);
   return {buf, g.Dp};
 }
 
 // Transposed load: dst[d][r] = X[n0 + r][d] for r < rows, d < D; columns rows..cols_pad-1 are
 // zeroed. tmp holds 8 converted rows.
-static void load_tile_t(const void* base, const fa_strides& st, const Geometry& g, int64_t b, int64_t h,
-                        int64_t n0, int rows, float* __restrict dst, int ldd, int cols_pad, float* __restrict tmp) {
+static void load_tile_t(const void* base, const RowLoc& loc, const Geometry& g, int64_t n0, int rows,
+                        float* __restrict dst, int ldd, int cols_pad, float* __restrict tmp) {
   const int D = g.D;
   for (int r0 = 0; r0 < rows; r0 += 8) {
     const int nr = std::min(8, rows - r0);
     const float* src[8];
     for (int j = 0; j < nr; ++j) {
-      const int64_t off = elem_offset(st, b, n0 + r0 + j, h);
+      const int64_t off = loc.at(n0 + r0 + j);
       if (g.dtype == FA_FLOAT32) {
         src[j] = static_cast<const float*>(base) + off;
       } else {
@@ -773,16 +1132,22 @@ static void load_tile_t(const void* base, const fa_strides& st, const Geometry& 
     for (int d = 0; d < D; ++d) memset(dst + (int64_t)d * ldd + rows, 0, sizeof(float) * (cols_pad - rows));
 }
 
-// Number of the first `ncols` keys of the tile starting at key k0 that query row i may see.
-static inline int visible_cols(const Geometry& g, int64_t i, int64_t k0, int ncols) {
-  if (!g.causal) return ncols;
-  const int64_t lim = i + g.shift + 1 - k0;
-  return (int)std::max<int64_t>(0, std::min<int64_t>(lim, ncols));
+// Visible columns [lo, hi) of the tile of nc keys starting at key k0 for query row i.
+static inline void visible_cols(const Geometry& g, const Seq& s, int64_t i, int64_t k0, int nc, int* lo, int* hi) {
+  *lo = (int)std::max<int64_t>(0, std::min<int64_t>(nc, row_lo(g, s, i) - k0));
+  *hi = (int)std::max<int64_t>(0, std::min<int64_t>(nc, row_hi(g, s, i) - k0));
 }
 
-// vis[r] = visible keys of the tile for query row i0 + r (0 for the padding rows up to bmp).
-static inline void fill_visible(const Geometry& g, int64_t i0, int rows, int64_t k0, int nc, int32_t* vis) {
-  for (int r = 0; r < g.bmp; ++r) vis[r] = r < rows ? visible_cols(g, i0 + r, k0, nc) : 0;
+// vlo[r], vhi[r] = visible columns of the tile for query row i0 + r ([0, 0) for the padding rows
+// up to bmp).
+static inline void fill_visible(const Geometry& g, const Seq& s, int64_t i0, int rows, int64_t k0, int nc,
+                                int32_t* vlo, int32_t* vhi) {
+  for (int r = 0; r < g.bmp; ++r) {
+    int lo = 0, hi = 0;
+    if (r < rows) visible_cols(g, s, i0 + r, k0, nc, &lo, &hi);
+    vlo[r] = lo;
+    vhi[r] = hi;
+  }
 }
 
 static inline vi viload(const int32_t* p) {
@@ -791,30 +1156,36 @@ static inline vi viload(const int32_t* p) {
   return v;
 }
 
+// Lanes with lo <= c < hi.
+static inline __attribute__((always_inline)) vi in_range(vi c, vi lo, vi hi) { return (c >= lo) & (c < hi); }
+
 // ---- forward -----------------------------------------------------------------------------------
 // Online softmax on a transposed score tile st[c][r] (nc keys x bmp query rows), vectorised over
 // the query rows, R vectors of rows at a time starting at row r. On return st holds
 // P = exp2(scale_log2 * s - m_new), 0 where masked; m, l are the running max (log2 domain) and
-// sum per row, alpha the factor to rescale the row's O by. MASK: apply the per-row causal limit
-// vis (only tiles that cross the diagonal need it).
+// sum per row, alpha the factor to rescale the row's O by. MASK: apply the per-row column limits
+// [vlo, vhi) (only tiles that some row does not see completely need it).
 template <bool MASK, int R>
 static inline __attribute__((always_inline)) void softmax_rows(float* __restrict st, int nc, int bmp, int r,
-                                                               const int32_t* __restrict vis, float scale_log2,
+                                                               const int32_t* __restrict vlo,
+                                                               const int32_t* __restrict vhi, float scale_log2,
                                                                float* __restrict m, float* __restrict l,
                                                                float* __restrict alpha) {
   const vf neg_inf = vsplat(-INFINITY);
   const vf scl = vsplat(scale_log2);
   vf mx[R];
   if (MASK) {
-    vi vv[R];
+    vi lo[R], hi[R];
     for (int j = 0; j < R; ++j) {
-      vv[j] = viload(vis + r + j * VL);
+      lo[j] = viload(vlo + r + j * VL);
+      hi[j] = viload(vhi + r + j * VL);
       mx[j] = neg_inf;
     }
     for (int c = 0; c < nc; ++c) {
       float* p = st + (int64_t)c * bmp + r;
+      const vi cc = vi{} + c;
       for (int j = 0; j < R; ++j) {
-        const vf x = vselect((vi{} + c) < vv[j], vload(p + j * VL) * scl, neg_inf);
+        const vf x = vselect(in_range(cc, lo[j], hi[j]), vload(p + j * VL) * scl, neg_inf);
         vstore(p + j * VL, x);
         mx[j] = vselect(x > mx[j], x, mx[j]);
       }
@@ -862,15 +1233,17 @@ static inline __attribute__((always_inline)) void softmax_rows(float* __restrict
 }
 
 template <bool MASK>
-static void softmax_cols(float* __restrict st, int nc, int bmp, const int32_t* __restrict vis, float scale_log2,
-                         float* __restrict m, float* __restrict l, float* __restrict alpha) {
+static void softmax_cols(float* __restrict st, int nc, int bmp, const int32_t* __restrict vlo,
+                         const int32_t* __restrict vhi, float scale_log2, float* __restrict m, float* __restrict l,
+                         float* __restrict alpha) {
   int r = 0;
-  for (; r + 2 * VL <= bmp; r += 2 * VL) softmax_rows<MASK, 2>(st, nc, bmp, r, vis, scale_log2, m, l, alpha);
-  for (; r < bmp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vis, scale_log2, m, l, alpha);
+  for (; r + 2 * VL <= bmp; r += 2 * VL) softmax_rows<MASK, 2>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+  for (; r < bmp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
 }
 
-// Forward task: one block of query rows of one head. Scores are computed transposed,
-// S^T = K Q^T, so that Q is transposed once per task and K / V tiles are used as loaded.
+// Forward task: one block of query rows of one head of one sequence. Scores are computed
+// transposed, S^T = K Q^T, so that Q is transposed once per task and K / V tiles are used as
+// loaded.
 void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
   const Geometry& g = a.g;
   const Scratch sc(g);
@@ -880,38 +1253,42 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
   float* __restrict mrow = ws + sc.m;
   float* __restrict lrow = ws + sc.l;
   float* __restrict alpha = ws + sc.alpha;
-  int32_t* vis = reinterpret_cast<int32_t*>(ws + sc.vis);
+  int32_t* vlo = reinterpret_cast<int32_t*>(ws + sc.vlo);
+  int32_t* vhi = reinterpret_cast<int32_t*>(ws + sc.vhi);
 
-  const int64_t per_b = (int64_t)g.H * g.nqb;
-  const int64_t b = task / per_b;
-  const int64_t h = (task % per_b) / g.nqb;
-  const int qb = g.nqb - 1 - (int)(task % g.nqb);  // heavy (causal) blocks first
-  const int64_t i0 = (int64_t)qb * g.bm;
-  const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
+  const int64_t b = task_seq(a.q_start, g.B, task);
+  const Seq s = seq_of(g, b);
+  const int64_t nqb = (s.nq + g.bm - 1) / g.bm;
+  const int64_t t = task - a.q_start[b];
+  const int64_t h = t / nqb;
+  const int64_t i0 = (nqb - 1 - t % nqb) * g.bm;  // heavy (causal) blocks first
+  const int rows = (int)std::min<int64_t>(g.bm, s.nq - i0);
   const int64_t hk = h / g.group;
-  float* lse = a.lse + (b * g.H + h) * g.Nq + i0;
+  float* lse = a.lse + s.lse0 + h * g.lse_hs + i0;
   const int Dp = g.Dp, D = g.D, bmp = g.bmp;
-
-  int64_t kend = g.Nk;  // keys at or beyond kend are masked for every row of this block
-  if (g.causal) kend = std::min<int64_t>(g.Nk, i0 + rows + g.shift);
+  const float scl = g.softcap ? 1.f : g.scale_log2;  // softcap tiles already hold log2-domain scores
 
   for (int r = 0; r < bmp; ++r) {
     mrow[r] = -INFINITY;
     lrow[r] = 0.f;
   }
   memset(acc, 0, sizeof(float) * (size_t)rows * Dp);
-  if (kend > 0) {
-    load_tile_t(a.q, a.qs, g, b, h, i0, rows, qt, bmp, bmp, ws + sc.tmp);
-    for (int64_t k0 = 0; k0 < kend; k0 += g.bn) {
-      const int nc = (int)std::min<int64_t>(g.bn, kend - k0);
-      const RowsView K = rows_view(a.k, a.ks, g, b, hk, k0, nc, ws + sc.kr);
-      const RowsView V = rows_view(a.v, a.vs, g, b, hk, k0, nc, ws + sc.vr);
+  const Range keys = block_keys(g, s, i0, rows);  // every other key is masked for every row
+  if (keys.lo < keys.hi) {
+    const RowLoc kl = k_rows(g, a.ks, s, hk), vl = k_rows(g, a.vs, s, hk);
+    load_tile_t(a.q, q_rows(a.qs, s, h), g, i0, rows, qt, bmp, bmp, ws + sc.tmp);
+    for (int64_t k0 = keys.lo; k0 < keys.hi;) {
+      int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
+      if (g.page_cap) nc = (int)std::min<int64_t>(nc, g.page_size - k0 % g.page_size);
+      const RowsView K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
+      const RowsView V = rows_view(a.v, vl, g, k0, nc, ws + sc.vr);
       gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, bmp, D);  // S^T = K Q^T
-      if (visible_cols(g, i0, k0, nc) < nc) {  // the tile crosses the causal diagonal
-        fill_visible(g, i0, rows, k0, nc, vis);
-        softmax_cols<true>(st, nc, bmp, vis, g.scale_log2, mrow, lrow, alpha);
+      if (g.softcap) softcap_tile(st, (int64_t)nc * bmp, g.cap_in, g.cap_out);
+      if (!tile_full(g, s, i0, rows, k0, nc)) {  // some row does not see the whole tile
+        fill_visible(g, s, i0, rows, k0, nc, vlo, vhi);
+        softmax_cols<true>(st, nc, bmp, vlo, vhi, scl, mrow, lrow, alpha);
       } else {
-        softmax_cols<false>(st, nc, bmp, vis, g.scale_log2, mrow, lrow, alpha);
+        softmax_cols<false>(st, nc, bmp, vlo, vhi, scl, mrow, lrow, alpha);
       }
       for (int r = 0; r < rows; ++r) {
         if (alpha[r] == 1.f) continue;
@@ -920,12 +1297,13 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
         for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * va);
       }
       gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);  // O += P V
+      k0 += nc;
     }
   }
+  const RowLoc ol = q_rows(a.os, s, h);
   for (int r = 0; r < rows; ++r) {
     float* o = acc + (int64_t)r * Dp;
-    const bool sees_nothing = kend <= 0 || (g.causal && i0 + r + g.shift < 0);
-    if (sees_nothing) {
+    if (row_lo(g, s, i0 + r) >= row_hi(g, s, i0 + r)) {  // the row sees no key
       memset(o, 0, sizeof(float) * Dp);
       lse[r] = INFINITY;
     } else {
@@ -933,19 +1311,20 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
       for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * inv);
       lse[r] = mrow[r] * kLn2 + logf(lrow[r]);
     }
-    store_row(o, D, g.dtype, a.o, elem_offset(a.os, b, i0 + r, h));
+    store_row(o, D, g.dtype, a.o, ol.at(i0 + r));
   }
 }
 
 // ---- backward ----------------------------------------------------------------------------------
-// Pass 0: dvec[b, h, i] = sum_d dO[i, d] * O[i, d] for a chunk of rows.
+// Pass 0: dvec[b, h, i] = sum_d dO[i, d] * O[i, d] for a chunk of rows (packed: b = 0 and i runs
+// over all total_q rows, so dvec is [H, total_q] like lse).
 void bwd_dot_task(const BwdArgs& a, int64_t task) {
   const Geometry& g = a.g;
-  const int64_t chunks = (g.Nq + kDotRowsPerTask - 1) / kDotRowsPerTask;
+  const int64_t chunks = (a.dot_N + kDotRowsPerTask - 1) / kDotRowsPerTask;
   const int64_t bh = task / chunks;
   const int64_t b = bh / g.H, h = bh % g.H;
   const int64_t r0 = (task % chunks) * kDotRowsPerTask;
-  const int64_t r1 = std::min<int64_t>(g.Nq, r0 + kDotRowsPerTask);
+  const int64_t r1 = std::min<int64_t>(a.dot_N, r0 + kDotRowsPerTask);
   alignas(64) float x[256], y[256];
   const int Dp = g.Dp;
   for (int64_t r = r0; r < r1; ++r) {
@@ -954,17 +1333,17 @@ void bwd_dot_task(const BwdArgs& a, int64_t task) {
     for (int d = g.D; d < Dp; ++d) x[d] = y[d] = 0.f;
     vf s = vf{};
     for (int d = 0; d < Dp; d += VL) s += vload(x + d) * vload(y + d);
-    a.dvec[bh * g.Nq + r] = hsum(s);
+    a.dvec[bh * a.dot_N + r] = hsum(s);
   }
 }
 
 // Per-row values of a query block: lse * log2(e) (+inf for padding rows, so their P is 0) and
 // dvec (0 for padding rows).
-static inline void load_row_stats(const BwdArgs& a, int64_t b, int64_t h, int64_t i0, int rows, int padded,
+static inline void load_row_stats(const BwdArgs& a, const Seq& s, int64_t h, int64_t i0, int rows, int padded,
                                   float* lse2, float* dvec) {
   const Geometry& g = a.g;
-  const float* l = a.lse + (b * g.H + h) * g.Nq + i0;
-  const float* dv = a.dvec + (b * g.H + h) * g.Nq + i0;
+  const float* l = a.lse + s.lse0 + h * g.lse_hs + i0;
+  const float* dv = a.dvec + s.lse0 + h * g.lse_hs + i0;
   for (int r = 0; r < rows; ++r) {
     lse2[r] = l[r] == INFINITY ? INFINITY : l[r] * kLog2e;
     dvec[r] = dv[r];
@@ -975,35 +1354,49 @@ static inline void load_row_stats(const BwdArgs& a, int64_t b, int64_t h, int64_
   }
 }
 
-// Pass 1 helpers, score tile in row form s[r][c]: P = exp2(scale_log2 * s - lse2), 0 where
-// masked (columns >= vis) or for a row without keys (lse2 = +inf gives exp2(-inf) = 0).
-// When the whole row is visible (vis == nc) the padding columns nc..np-1 get arbitrary finite
-// values, which is fine: only the first nc columns of P and dS are ever used.
-static inline void p_row(float* __restrict s, int np, int nc, int vis, float scale_log2, float lse2) {
+// Pass 1 helpers, score tile in row form s[r][c]: P = exp2(score_log2 - lse2), 0 outside the
+// visible columns [lo, hi) or for a row without keys (lse2 = +inf gives exp2(-inf) = 0).
+// score_log2 = scale_log2 * s, or with SOFTCAP cap_out * tanh(cap_in * s), and then dt[c] gets
+// 1 - tanh^2. When the whole row is visible (lo == 0, hi == nc) the padding columns nc..np-1 get
+// arbitrary finite values, which is fine: only the first nc columns of P and dS are ever used.
+template <bool SOFTCAP>
+static inline void p_row(float* __restrict s, float* __restrict dt, int np, int nc, int lo, int hi,
+                         const Geometry& g, float lse2) {
   const vf neg_inf = vsplat(-INFINITY);
-  const vf scl = vsplat(scale_log2);
   const vf ml = vsplat(lse2);
-  if (vis >= nc) {
-    for (int c = 0; c < np; c += VL) vstore(s + c, vexp2(vload(s + c) * scl - ml));
+  auto score = [&](int c) {
+    const vf x = vload(s + c);
+    if (!SOFTCAP) return x * g.scale_log2 - ml;
+    vf t, d;
+    vtanh(x * g.cap_in, t, d);
+    vstore(dt + c, d);
+    return t * g.cap_out - ml;
+  };
+  if (lo <= 0 && hi >= nc) {
+    for (int c = 0; c < np; c += VL) vstore(s + c, vexp2(score(c)));
     return;
   }
   const vi lanes = lane_index();
+  const vi vl = vi{} + lo, vh = vi{} + hi;
+  for (int c = 0; c < np; c += VL) vstore(s + c, vexp2(vselect(in_range(lanes + c, vl, vh), score(c), neg_inf)));
+}
+
+// dS = P * (dP - dvec) (times 1 - tanh^2 with SOFTCAP) for one row, in place in dp.
+template <bool SOFTCAP>
+static inline void ds_row(const float* __restrict p, float* __restrict dp, const float* __restrict dt, int np,
+                          float dvec) {
+  const vf dv = vsplat(dvec);
   for (int c = 0; c < np; c += VL) {
-    const vf x = vselect((lanes + c) < vis, vload(s + c) * scl - ml, neg_inf);
-    vstore(s + c, vexp2(x));
+    const vf ds = vload(p + c) * (vload(dp + c) - dv);
+    vstore(dp + c, SOFTCAP ? ds * vload(dt + c) : ds);
   }
 }
 
-// dS = P * (dP - dvec) for one row, in place in dp.
-static inline void ds_row(const float* __restrict p, float* __restrict dp, int np, float dvec) {
-  const vf dv = vsplat(dvec);
-  for (int c = 0; c < np; c += VL) vstore(dp + c, vload(p + c) * (vload(dp + c) - dv));
-}
-
-// dK, dV for one key block of one kv head (all query heads of its group, all query blocks, in a
-// fixed order). K and V are transposed once; S = Q K^T in row form. With dq_part (fused scheme)
-// it also adds dS K into dq_part[group head][query row][Dp].
-static void kv_block(const BwdArgs& a, int64_t b, int64_t hk, int64_t k0, float* ws, float* dq_part) {
+// dK, dV for one key block of one kv head of one sequence (all query heads of its group, the query
+// blocks of block_queries, in a fixed order). K and V are transposed once; S = Q K^T in row form.
+// With dq_part (fused scheme, dense batches) it also adds dS K into dq_part[group head][query
+// row][Dp].
+static void kv_block(const BwdArgs& a, const Seq& s, int64_t hk, int64_t k0, float* ws, float* dq_part) {
   const Geometry& g = a.g;
   const Scratch sc(g);
   float* __restrict kt = ws + sc.kt;
@@ -1012,34 +1405,45 @@ static void kv_block(const BwdArgs& a, int64_t b, int64_t hk, int64_t k0, float*
   float* __restrict dv = ws + sc.dv;
   float* __restrict st = ws + sc.s;
   float* __restrict dp = ws + sc.dp;
+  float* __restrict dt = ws + sc.dt;  // softcap only
   float* __restrict lse2 = ws + sc.lse2;
   float* __restrict dvec = ws + sc.dvec;
 
-  const int nc = (int)std::min<int64_t>(g.bn, g.Nk - k0);
+  const int nc = (int)std::min<int64_t>(g.bn, s.nk - k0);
   const int np = round_up(nc, 8);
   const int D = g.D, Dp = g.Dp, bnp = g.bnp;
+  const RowLoc kl = k_rows(g, a.ks, s, hk);
 
   memset(dk, 0, sizeof(float) * (size_t)nc * Dp);
   memset(dv, 0, sizeof(float) * (size_t)nc * Dp);
-  // First query row that sees key k0 (causal: k0 <= i + shift).
-  const int64_t qfirst = g.causal ? std::max<int64_t>(0, k0 - g.shift) : 0;
-  if (qfirst < g.Nq) {
-    load_tile_t(a.k, a.ks, g, b, hk, k0, nc, kt, bnp, np, ws + sc.tmp);
-    load_tile_t(a.v, a.vs, g, b, hk, k0, nc, vt, bnp, np, ws + sc.tmp);
+  const Range qr = block_queries(g, s, k0, nc);  // the query rows that see some key of the block
+  if (qr.lo < qr.hi) {
+    load_tile_t(a.k, kl, g, k0, nc, kt, bnp, np, ws + sc.tmp);
+    load_tile_t(a.v, k_rows(g, a.vs, s, hk), g, k0, nc, vt, bnp, np, ws + sc.tmp);
     RowsView K = {nullptr, 0};
-    if (dq_part) K = rows_view(a.k, a.ks, g, b, hk, k0, nc, ws + sc.kr);
+    if (dq_part) K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
     for (int64_t h = hk * g.group; h < (hk + 1) * g.group; ++h) {
-      for (int64_t i0 = qfirst / g.bm * g.bm; i0 < g.Nq; i0 += g.bm) {
-        const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
-        const RowsView Q = rows_view(a.q, a.qs, g, b, h, i0, rows, ws + sc.qr);
-        const RowsView dO = rows_view(a.dout, a.dos, g, b, h, i0, rows, ws + sc.dor);
-        load_row_stats(a, b, h, i0, rows, rows, lse2, dvec);
+      const RowLoc ql = q_rows(a.qs, s, h), dol = q_rows(a.dos, s, h);
+      for (int64_t i0 = qr.lo / g.bm * g.bm; i0 < qr.hi; i0 += g.bm) {
+        const int rows = (int)std::min<int64_t>(g.bm, s.nq - i0);
+        const RowsView Q = rows_view(a.q, ql, g, i0, rows, ws + sc.qr);
+        const RowsView dO = rows_view(a.dout, dol, g, i0, rows, ws + sc.dor);
+        load_row_stats(a, s, h, i0, rows, rows, lse2, dvec);
         gemm<false>(st, bnp, Q.p, Q.ld, 1, kt, bnp, rows, np, D);  // S = Q K^T
-        for (int r = 0; r < rows; ++r)
-          p_row(st + (int64_t)r * bnp, np, nc, visible_cols(g, i0 + r, k0, nc), g.scale_log2, lse2[r]);
+        for (int r = 0; r < rows; ++r) {
+          int lo, hi;
+          visible_cols(g, s, i0 + r, k0, nc, &lo, &hi);
+          const int64_t at = (int64_t)r * bnp;
+          if (g.softcap) p_row<true>(st + at, dt + at, np, nc, lo, hi, g, lse2[r]);
+          else p_row<false>(st + at, dt + at, np, nc, lo, hi, g, lse2[r]);
+        }
         gemm<true>(dv, Dp, st, 1, bnp, dO.p, dO.ld, nc, Dp, rows);   // dV += P^T dO
         gemm<false>(dp, bnp, dO.p, dO.ld, 1, vt, bnp, rows, np, D);  // dP = dO V^T
-        for (int r = 0; r < rows; ++r) ds_row(st + (int64_t)r * bnp, dp + (int64_t)r * bnp, np, dvec[r]);
+        for (int r = 0; r < rows; ++r) {
+          const int64_t at = (int64_t)r * bnp;
+          if (g.softcap) ds_row<true>(st + at, dp + at, dt + at, np, dvec[r]);
+          else ds_row<false>(st + at, dp + at, dt + at, np, dvec[r]);
+        }
         gemm<true>(dk, Dp, dp, 1, bnp, Q.p, Q.ld, nc, Dp, rows);  // dK += dS^T Q
         if (dq_part) {
           float* dq = dq_part + ((h - hk * g.group) * g.Nq + i0) * Dp;
@@ -1049,21 +1453,23 @@ static void kv_block(const BwdArgs& a, int64_t b, int64_t hk, int64_t k0, float*
     }
   }
   const vf scl = vsplat(g.scale);
+  const RowLoc dkl = k_rows(g, a.dks, s, hk), dvl = k_rows(g, a.dvs, s, hk);
   for (int c = 0; c < nc; ++c) {
     float* row = dk + (int64_t)c * Dp;
     for (int d = 0; d < Dp; d += VL) vstore(row + d, vload(row + d) * scl);
-    store_row(row, D, g.dtype, a.dk, elem_offset(a.dks, b, k0 + c, hk));
-    store_row(dv + (int64_t)c * Dp, D, g.dtype, a.dv, elem_offset(a.dvs, b, k0 + c, hk));
+    store_row(row, D, g.dtype, a.dk, dkl.at(k0 + c));
+    store_row(dv + (int64_t)c * Dp, D, g.dtype, a.dv, dvl.at(k0 + c));
   }
 }
 
-// Two-pass scheme, pass 1: one key block of one kv head.
+// Two-pass scheme, pass 1: one key block of one kv head of one sequence.
 void bwd_kv_task(const BwdArgs& a, int64_t task, float* ws) {
   const Geometry& g = a.g;
-  const int64_t per_b = (int64_t)g.Hkv * g.nkb;
-  const int64_t b = task / per_b;
-  const int64_t hk = (task % per_b) / g.nkb;
-  kv_block(a, b, hk, (task % g.nkb) * (int64_t)g.bn, ws, nullptr);
+  const int64_t b = task_seq(a.kv_start, g.B, task);
+  const Seq s = seq_of(g, b);
+  const int64_t nkb = (s.nk + g.bn - 1) / g.bn;
+  const int64_t t = task - a.kv_start[b];
+  kv_block(a, s, t / nkb, (t % nkb) * (int64_t)g.bn, ws, nullptr);
 }
 
 // Fused scheme: the key blocks of one key group of one (batch, kv head) unit of the slab, with
@@ -1077,8 +1483,9 @@ void bwd_fused_task(const BwdArgs& a, int64_t task, float* ws) {
   const int64_t unit_floats = (int64_t)g.group * g.Nq * g.Dp;
   float* part = a.dq_part + (s * a.n_groups + kgroup) * unit_floats;
   memset(part, 0, sizeof(float) * (size_t)unit_floats);
+  const Seq seq = seq_of(g, b);
   const int64_t kb1 = std::min<int64_t>(g.nkb, (kgroup + 1) * a.group_blocks);
-  for (int64_t kb = kgroup * a.group_blocks; kb < kb1; ++kb) kv_block(a, b, hk, kb * g.bn, ws, part);
+  for (int64_t kb = kgroup * a.group_blocks; kb < kb1; ++kb) kv_block(a, seq, hk, kb * g.bn, ws, part);
 }
 
 // Fused scheme: dQ = scale * (sum of the key groups' partials, in key-group order) for one query
@@ -1101,37 +1508,48 @@ void bwd_reduce_task(const BwdArgs& a, int64_t task) {
     for (int64_t i = 0; i < n; i += VL) vstore(base + i, vload(base + i) + vload(add + i));
   }
   const vf scl = vsplat(g.scale);
+  const RowLoc dql = q_rows(a.dqs, seq_of(g, b), h);
   for (int r = 0; r < rows; ++r) {
     float* row = base + (int64_t)r * Dp;
     for (int d = 0; d < Dp; d += VL) vstore(row + d, vload(row + d) * scl);
-    store_row(row, g.D, g.dtype, a.dq, elem_offset(a.dqs, b, i0 + r, h));
+    store_row(row, g.D, g.dtype, a.dq, dql.at(i0 + r));
   }
 }
 
-// Pass 2 helper on transposed tiles st[c][r], dpt[c][r]: P = exp2(scale_log2 * s - lse2) (0
-// where masked), then dS = P * (dP - dvec) into dpt. Vectorised over query rows.
-// MASK: apply the causal limit vis (padding rows need no mask: their lse2 is +inf).
-template <bool MASK>
+// Pass 2 helper on transposed tiles st[c][r], dpt[c][r]: P = exp2(score_log2 - lse2) (0 where
+// masked), then dS = P * (dP - dvec) (times 1 - tanh^2 with SOFTCAP) into dpt. Vectorised over
+// query rows. MASK: apply the column limits [vlo, vhi) (padding rows need no mask: their lse2 is
+// +inf).
+template <bool MASK, bool SOFTCAP>
 static inline void ds_cols(const float* __restrict st, float* __restrict dpt, int nc, int bmp,
-                           const int32_t* __restrict vis, float scale_log2, const float* __restrict lse2,
-                           const float* __restrict dvec) {
+                           const int32_t* __restrict vlo, const int32_t* __restrict vhi, const Geometry& g,
+                           const float* __restrict lse2, const float* __restrict dvec) {
   const vf neg_inf = vsplat(-INFINITY);
-  const vf scl = vsplat(scale_log2);
+  const vf scl = vsplat(g.scale_log2);
   for (int r = 0; r < bmp; r += VL) {
-    const vi vv = MASK ? viload(vis + r) : vi{};
+    const vi lo = MASK ? viload(vlo + r) : vi{};
+    const vi hi = MASK ? viload(vhi + r) : vi{};
     const vf ml = vload(lse2 + r);
     const vf dv = vload(dvec + r);
     for (int c = 0; c < nc; ++c) {
       const int64_t at = (int64_t)c * bmp + r;
-      vf x = vload(st + at) * scl - ml;
-      if (MASK) x = vselect((vi{} + c) < vv, x, neg_inf);
-      vstore(dpt + at, vexp2(x) * (vload(dpt + at) - dv));
+      vf x, d;
+      if (SOFTCAP) {
+        vf t;
+        vtanh(vload(st + at) * g.cap_in, t, d);
+        x = t * g.cap_out - ml;
+      } else {
+        x = vload(st + at) * scl - ml;
+      }
+      if (MASK) x = vselect(in_range(vi{} + c, lo, hi), x, neg_inf);
+      const vf ds = vexp2(x) * (vload(dpt + at) - dv);
+      vstore(dpt + at, SOFTCAP ? ds * d : ds);
     }
   }
 }
 
-// Pass 2: dQ for one query block of one head, on transposed tiles (S^T = K Q^T, dP^T = V dO^T)
-// so that Q and dO are transposed once per task and K / V are used as loaded.
+// Pass 2: dQ for one query block of one head of one sequence, on transposed tiles (S^T = K Q^T,
+// dP^T = V dO^T) so that Q and dO are transposed once per task and K / V are used as loaded.
 void bwd_q_task(const BwdArgs& a, int64_t task, float* ws) {
   const Geometry& g = a.g;
   const Scratch sc(g);
@@ -1142,44 +1560,49 @@ void bwd_q_task(const BwdArgs& a, int64_t task, float* ws) {
   float* __restrict dp = ws + sc.dp;
   float* __restrict lse2 = ws + sc.lse2;
   float* __restrict dvec = ws + sc.dvec;
-  int32_t* vis = reinterpret_cast<int32_t*>(ws + sc.vis);
+  int32_t* vlo = reinterpret_cast<int32_t*>(ws + sc.vlo);
+  int32_t* vhi = reinterpret_cast<int32_t*>(ws + sc.vhi);
 
-  const int64_t per_b = (int64_t)g.H * g.nqb;
-  const int64_t b = task / per_b;
-  const int64_t h = (task % per_b) / g.nqb;
-  const int qb = g.nqb - 1 - (int)(task % g.nqb);
-  const int64_t i0 = (int64_t)qb * g.bm;
-  const int rows = (int)std::min<int64_t>(g.bm, g.Nq - i0);
+  const int64_t b = task_seq(a.q_start, g.B, task);
+  const Seq s = seq_of(g, b);
+  const int64_t nqb = (s.nq + g.bm - 1) / g.bm;
+  const int64_t t = task - a.q_start[b];
+  const int64_t h = t / nqb;
+  const int64_t i0 = (nqb - 1 - t % nqb) * g.bm;
+  const int rows = (int)std::min<int64_t>(g.bm, s.nq - i0);
   const int64_t hk = h / g.group;
   const int D = g.D, Dp = g.Dp, bmp = g.bmp;
 
-  int64_t kend = g.Nk;
-  if (g.causal) kend = std::min<int64_t>(g.Nk, i0 + rows + g.shift);
   memset(acc, 0, sizeof(float) * (size_t)rows * Dp);
-  if (kend > 0) {
-    load_tile_t(a.q, a.qs, g, b, h, i0, rows, qt, bmp, bmp, ws + sc.tmp);
-    load_tile_t(a.dout, a.dos, g, b, h, i0, rows, dot, bmp, bmp, ws + sc.tmp);
-    load_row_stats(a, b, h, i0, rows, bmp, lse2, dvec);
-    for (int64_t k0 = 0; k0 < kend; k0 += g.bn) {
-      const int nc = (int)std::min<int64_t>(g.bn, kend - k0);
-      const RowsView K = rows_view(a.k, a.ks, g, b, hk, k0, nc, ws + sc.kr);
-      const RowsView V = rows_view(a.v, a.vs, g, b, hk, k0, nc, ws + sc.vr);
+  const Range keys = block_keys(g, s, i0, rows);
+  if (keys.lo < keys.hi) {
+    const RowLoc kl = k_rows(g, a.ks, s, hk), vl = k_rows(g, a.vs, s, hk);
+    load_tile_t(a.q, q_rows(a.qs, s, h), g, i0, rows, qt, bmp, bmp, ws + sc.tmp);
+    load_tile_t(a.dout, q_rows(a.dos, s, h), g, i0, rows, dot, bmp, bmp, ws + sc.tmp);
+    load_row_stats(a, s, h, i0, rows, bmp, lse2, dvec);
+    for (int64_t k0 = keys.lo; k0 < keys.hi; k0 += g.bn) {
+      const int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
+      const RowsView K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
+      const RowsView V = rows_view(a.v, vl, g, k0, nc, ws + sc.vr);
       gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, bmp, D);   // S^T = K Q^T
       gemm<false>(dp, bmp, V.p, V.ld, 1, dot, bmp, nc, bmp, D);  // dP^T = V dO^T
-      if (visible_cols(g, i0, k0, nc) < nc) {
-        fill_visible(g, i0, rows, k0, nc, vis);
-        ds_cols<true>(st, dp, nc, bmp, vis, g.scale_log2, lse2, dvec);
+      if (!tile_full(g, s, i0, rows, k0, nc)) {
+        fill_visible(g, s, i0, rows, k0, nc, vlo, vhi);
+        if (g.softcap) ds_cols<true, true>(st, dp, nc, bmp, vlo, vhi, g, lse2, dvec);
+        else ds_cols<true, false>(st, dp, nc, bmp, vlo, vhi, g, lse2, dvec);
       } else {
-        ds_cols<false>(st, dp, nc, bmp, vis, g.scale_log2, lse2, dvec);
+        if (g.softcap) ds_cols<false, true>(st, dp, nc, bmp, vlo, vhi, g, lse2, dvec);
+        else ds_cols<false, false>(st, dp, nc, bmp, vlo, vhi, g, lse2, dvec);
       }
       gemm<true>(acc, Dp, dp, 1, bmp, K.p, K.ld, rows, Dp, nc);  // dQ += dS K
     }
   }
   const vf scl = vsplat(g.scale);
+  const RowLoc dql = q_rows(a.dqs, s, h);
   for (int r = 0; r < rows; ++r) {
     float* row = acc + (int64_t)r * Dp;
     for (int d = 0; d < Dp; d += VL) vstore(row + d, vload(row + d) * scl);
-    store_row(row, D, g.dtype, a.dq, elem_offset(a.dqs, b, i0 + r, h));
+    store_row(row, D, g.dtype, a.dq, dql.at(i0 + r));
   }
 }
 
