@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -33,6 +33,26 @@ for s in $steps; do
         cat /tmp/sanitize-$tool.log >> "$OUT/sanitize.log"
       done ;;
     start) node dist/lib/cli/main.js 2>&1 | tee "$OUT/start.log" | tail -12 ;;
+    profile)
+      # Packed and paged prefill next to the dense kernel, then ncu on one call of each path and the
+      # SASS of the paged Hopper kernel (what the paged loaders cost in the main loop).
+      node dist/bench/cli.js --grid off --varlen --api-ms 100 --out "$OUT" 2>&1 | tee "$OUT/varlen.log" | tail -6
+      if command -v ncu > /dev/null; then
+        for pg in 0 1; do  # the dense (varlen) and the paged Hopper kernel, fp16 D128
+          timeout 150 ncu --kernel-name-base mangled --kernel-name "regex:Sm90FwdTraitsI6__halfLi128EEELb${pg}E" \
+            --launch-count 2 --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+            --section MemoryWorkloadAnalysis node dist/bench/cli.js --grid off --varlen --api-ms 1 --out /tmp \
+            > "$OUT/ncu-varlen-paged$pg.log" 2>&1
+          grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Warp|No Eligible|Stall" "$OUT/ncu-varlen-paged$pg.log" | head -24
+        done
+      fi
+      if command -v cuobjdump > /dev/null; then
+        for pg in 0 1; do
+          cuobjdump -sass -fun "_ZN2fa4cuda15fwd_kernel_sm90INS0_13Sm90FwdTraitsI6__halfLi128EEELb${pg}EEEvNS0_7FwdArgsE" \
+            build/Release/flash_attention_node.node > "$OUT/sass-sm90-d128-paged$pg.txt" 2>&1
+          wc -l "$OUT/sass-sm90-d128-paged$pg.txt"
+        done
+      fi ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

@@ -171,18 +171,28 @@ std::string DeviceContext::Error(int code, const std::string& what) {
 #endif
 }
 
-std::string DeviceContext::Alloc(size_t bytes, void** ptr) {
+std::string DeviceContext::Alloc(size_t bytes, void** ptr, bool cacheable) {
   *ptr = nullptr;
 #ifdef FA_WITH_CUDA
   if (!sticky_.empty()) return sticky_;
+  const size_t n = ((bytes ? bytes : 1) + 255) & ~size_t(255);
+  if (cacheable) {
+    auto it = cache_.find(n);
+    if (it != cache_.end() && !it->second.empty()) {
+      *ptr = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= n;
+      return "";
+    }
+  }
   MakeCurrent();
-  const size_t n = bytes ? bytes : 1;
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   cudaError_t e = cudaMallocAsync(ptr, n, s);
   if (e == cudaErrorMemoryAllocation) {
     // The pool may hold freed blocks that are too fragmented for this size: let the queued work
     // finish, hand every unused block back to the driver and try once more.
     cudaGetLastError();
+    ReleaseCache();
     cudaStreamSynchronize(s);
     cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);
     e = cudaMallocAsync(ptr, n, s);
@@ -195,9 +205,10 @@ std::string DeviceContext::Alloc(size_t bytes, void** ptr) {
     *ptr = nullptr;
     return Error(e, "allocating " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device_));
   }
+  if (cacheable && n <= kCacheBlock) sizes_[*ptr] = n;
   return "";
 #else
-  (void)bytes;
+  (void)bytes, (void)cacheable;
   return "built without CUDA";
 #endif
 }
@@ -205,10 +216,32 @@ std::string DeviceContext::Alloc(size_t bytes, void** ptr) {
 void DeviceContext::FreeAsync(void* ptr) {
 #ifdef FA_WITH_CUDA
   if (ptr == nullptr || shut_down_) return;
+  auto it = sizes_.find(ptr);
+  if (it != sizes_.end() && cached_bytes_ + it->second <= kCacheTotal) {
+    cache_[it->second].push_back(ptr);
+    cached_bytes_ += it->second;
+    return;
+  }
+  if (it != sizes_.end()) sizes_.erase(it);
   MakeCurrent();
   if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
 #else
   (void)ptr;
+#endif
+}
+
+void DeviceContext::ReleaseCache() {
+#ifdef FA_WITH_CUDA
+  if (cached_bytes_ == 0) return;
+  MakeCurrent();
+  for (auto& kv : cache_) {
+    for (void* p : kv.second) {
+      sizes_.erase(p);
+      if (cudaFreeAsync(p, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
+    }
+    kv.second.clear();
+  }
+  cached_bytes_ = 0;
 #endif
 }
 
@@ -417,7 +450,9 @@ void DeviceContext::MemoryStats(double* allocated, double* reserved, double* pea
 #ifdef FA_WITH_CUDA
   cudaMemPool_t pool = static_cast<cudaMemPool_t>(pool_);
   uint64_t v = 0;
-  if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v) == cudaSuccess) *allocated = double(v);
+  // Cached free blocks (Alloc / FreeAsync) are in use by the pool but not by any tensor.
+  if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &v) == cudaSuccess)
+    *allocated = double(v) - double(cached_bytes_);
   if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &v) == cudaSuccess) *reserved = double(v);
   if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &v) == cudaSuccess) *peak = double(v);
   cudaGetLastError();
@@ -468,6 +503,7 @@ void DeviceContext::Shutdown() {
 #ifdef FA_WITH_CUDA
   cudaSetDevice(device_);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  ReleaseCache();
   // Free what users never disposed and the garbage collector never collected.
   for (DevAlloc* a = live_; a != nullptr;) {
     DevAlloc* next = a->next;

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace fab {
@@ -81,8 +82,17 @@ class DeviceContext {
 
   // Stream-ordered allocation of `bytes` (>= 1) on the stream. On out-of-memory the pool is trimmed
   // (after the stream drains) and the allocation tried once more. Returns "" or the error message.
-  std::string Alloc(size_t bytes, void** ptr);
+  // Blocks of up to kCacheBlock bytes freed with FreeAsync are kept in a small cache keyed by size
+  // and handed out again without a CUDA call: every allocation and free of the context is ordered
+  // on its one stream, so reuse in call order is exactly what cudaFreeAsync + cudaMallocAsync on
+  // that stream would give, minus two driver calls per tensor (a decode step makes many).
+  // cacheable = false: a block freed elsewhere (another stream), never cached.
+  std::string Alloc(size_t bytes, void** ptr, bool cacheable = true);
   void FreeAsync(void* ptr);
+  // Frees the cached blocks (stream-ordered). JS thread.
+  void ReleaseCache();
+  static constexpr size_t kCacheBlock = size_t(32) << 20;
+  static constexpr size_t kCacheTotal = size_t(512) << 20;
   // A new JS handle owning `ptr` (bytes long); the memory is reported to V8 above a threshold.
   Napi::Value Wrap(Napi::Env env, void* ptr, size_t bytes);
   // The allocation behind a handle, or nullptr when `v` is not a live handle.
@@ -140,6 +150,9 @@ class DeviceContext {
   bool shut_down_ = false;
   DevAlloc* live_ = nullptr;
 
+  std::unordered_map<void*, size_t> sizes_;                // cacheable blocks: their rounded size
+  std::unordered_map<size_t, std::vector<void*>> cache_;  // freed blocks by size
+  size_t cached_bytes_ = 0;
   std::vector<Pinned*> pinned_free_[32];
   std::deque<Pinned*> pinned_busy_;
   size_t pinned_total_ = 0;

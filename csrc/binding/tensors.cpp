@@ -219,7 +219,7 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
   }
   // Large: snapshot on the device, then the waiter copies the snapshot out.
   void* snap = nullptr;
-  std::string e = ctx->Alloc(h.bytes, &snap);
+  std::string e = ctx->Alloc(h.bytes, &snap, /*cacheable=*/false);  // freed on the copy stream
   if (!e.empty()) {
     // No room for a snapshot: wait here for the stream and copy directly (rare).
     cudaError_t err = cudaStreamSynchronize(s);
@@ -234,7 +234,7 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
   if (err == cudaSuccess) err = cudaEventRecord(ready, s);
   if (err != cudaSuccess) {
     if (ready) cudaEventDestroy(ready);
-    ctx->FreeAsync(snap);
+    cudaFreeAsync(snap, s);
     throw Napi::Error::New(env, ctx->Error(err, "copying to the host"));
   }
   cudaStream_t cs = static_cast<cudaStream_t>(ctx->copy_stream());
@@ -367,6 +367,7 @@ Napi::Value EmptyCache(const Napi::CallbackInfo& info) {
     return deferred->Promise();
   }
 #ifdef FA_WITH_CUDA
+  ctx->ReleaseCache();
   cudaStream_t s = static_cast<cudaStream_t>(ctx->stream());
   ctx->Enqueue(
       [ctx, s]() -> std::string {

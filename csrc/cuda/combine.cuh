@@ -33,10 +33,13 @@ struct CombineArgs {
   int batch, seqlen, heads, head_dim, in_head, out_head;
   void* out;
   float* lse_out;
-  // Split-KV with a mixed batch: rows of sequences with nq * group > decode_rows are skipped (the
-  // row-block kernel wrote them). cu_seqlens_q null: no filter.
+  // Split-KV partials of the paged decode kernel (cu_seqlens_q set; batch 1): input row
+  // bi = s * rows_per_seq + i is query i of sequence s, written to output row cu_seqlens_q[s] + i
+  // (lse at h * out_rows + that row); skipped where i >= nq or nq * group > decode_rows (the
+  // row-block kernel wrote those). cu_seqlens_q null: input and output rows are the same.
   const int32_t* cu_seqlens_q;
-  int num_seqs, group, decode_rows;
+  int num_seqs, group, decode_rows, rows_per_seq;
+  int64_t out_rows;
 };
 
 template <typename TO>
@@ -89,25 +92,23 @@ __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
     const int64_t bi = row / c.heads;  // b * seqlen + i
     const int i = static_cast<int>(bi % c.seqlen);
     const int b = static_cast<int>(bi / c.seqlen);
-    if (c.cu_seqlens_q != nullptr) {
-      // The sequence of token i (b is 0 here: partials are packed [1, total_q, H]).
-      int lo = 0, hi = c.num_seqs;  // find s with cu[s] <= i < cu[s + 1]
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) >> 1;
-        if (__ldg(c.cu_seqlens_q + mid) <= i) lo = mid;
-        else hi = mid;
-      }
-      const int nq = __ldg(c.cu_seqlens_q + lo + 1) - __ldg(c.cu_seqlens_q + lo);
-      if (nq * c.group > c.decode_rows) continue;
-    }
+    int64_t orow = bi;  // output row b * seqlen + i
     const int64_t lse_off = (static_cast<int64_t>(b) * c.heads + h) * c.seqlen + i;
+    int64_t lse_dst_off = lse_off;
+    if (c.cu_seqlens_q != nullptr) {
+      const int s = static_cast<int>(bi / c.rows_per_seq), qi = static_cast<int>(bi % c.rows_per_seq);
+      const int q0 = __ldg(c.cu_seqlens_q + s), nq = __ldg(c.cu_seqlens_q + s + 1) - q0;
+      if (qi >= nq || nq * c.group > c.decode_rows) continue;
+      orow = static_cast<int64_t>(q0) + qi;
+      lse_dst_off = h * c.out_rows + orow;
+    }
     float m = -INFINITY;
     for (int p = 0; p < c.num; ++p) {
       const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
       if (l < INFINITY) m = fmaxf(m, l);  // +inf: no keys (the library's convention)
     }
-    float* const lse_dst = c.lse_out + lse_off;
-    char* const o_dst = static_cast<char*>(c.out) + (bi * c.heads + h) * c.out_head * sizeof(TO);
+    float* const lse_dst = c.lse_out + lse_dst_off;
+    char* const o_dst = static_cast<char*>(c.out) + (orow * c.heads + h) * c.out_head * sizeof(TO);
     if (m == -INFINITY) {  // no partial saw a key
       for (int col = lane * 4; col < c.head_dim; col += 128)
         store4<TO>(reinterpret_cast<TO*>(o_dst) + col, make_float4(0.f, 0.f, 0.f, 0.f));

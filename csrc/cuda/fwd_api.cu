@@ -139,22 +139,29 @@ template <typename T>
 fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s) {
   // Decode kernel (fp16 / bf16): sequences with nq * group <= kDecodeRows; the row-block kernel the
   // others (it skips the decode kernel's sequences).
-  const bool has_decode = !std::is_same<T, float>::value;
+  // A GQA group wider than the decode kernel's rows leaves it nothing to take.
+  const bool has_decode = !std::is_same<T, float>::value && a.group <= kDecodeRows;
   a.decode_rows = has_decode ? kDecodeRows : 0;
   const bool need_rows = !has_decode || int64_t(a.seqlen_q) * a.group > kDecodeRows;
   if (has_decode) {
     DecodeArgs d{};
     d.f = a;
     const int n_chunks = (a.seqlen_k + kDecodeChunk - 1) / kDecodeChunk;
-    const int per_sm = width <= 64 ? 3 : width <= 128 ? 2 : 1;  // decode blocks resident per SM
-    int splits = p->num_splits > 0 ? p->num_splits : decode_splits(a.batch * a.heads_k, n_chunks, sm_count() * per_sm);
+    // One decode block per SM reads at full bandwidth (run 2: B 1 x 16k peaked at 16 splits = 128
+    // blocks, 1.78 TB/s, against 1.64 at 29 splits), so the waves are counted in SMs.
+    int splits = p->num_splits > 0 ? p->num_splits : decode_splits(a.batch * a.heads_k, n_chunks, sm_count());
     // One combine launch takes kMaxCombine partials: more splits than that never pay here anyway.
     splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
     d.num_splits = splits;
+    // Partials only for the queries a decode sequence can have: a call with long prefill chunks
+    // and few kv heads (B 2 x 8k, splits 16) would otherwise size them for every query, GBs of
+    // workspace, and run the combine over every row.
+    d.rows_per_seq = std::max(1, std::min(kDecodeRows / a.group, a.seqlen_q));
+    const int64_t part_rows = int64_t(a.batch) * d.rows_per_seq;
     void* ws = nullptr;
     if (splits > 1) {
-      const size_t o_bytes = size_t(splits) * a.total_q * a.heads * width * 4;
-      const size_t l_bytes = size_t(splits) * a.heads * a.total_q * 4;
+      const size_t o_bytes = size_t(splits) * part_rows * a.heads * width * 4;
+      const size_t l_bytes = size_t(splits) * a.heads * part_rows * 4;
       const cudaError_t e = cudaMallocAsync(&ws, o_bytes + l_bytes, s);
       if (e != cudaSuccess) return cuda_err(e, "cudaMallocAsync of the split-KV workspace");
       d.partial_o = static_cast<float*>(ws);
@@ -168,24 +175,24 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
       CombineArgs c{};
       c.o_base = d.partial_o;
       c.lse_base = d.partial_lse;
-      c.o_stride = int64_t(a.total_q) * a.heads * width;
-      c.lse_stride = int64_t(a.heads) * a.total_q;
+      c.o_stride = part_rows * a.heads * width;
+      c.lse_stride = int64_t(a.heads) * part_rows;
       c.f32_mask = 0xffffffffu;
       c.num = splits;
       c.batch = 1;
-      c.seqlen = a.total_q;
+      c.seqlen = static_cast<int>(part_rows);
       c.heads = a.heads;
       c.head_dim = a.head_dim;
       c.in_head = width;
       c.out_head = static_cast<int>(a.o_head);
       c.out = a.o;
       c.lse_out = a.lse;
-      if (need_rows) {  // leave the rows of the row-block kernel's sequences alone
-        c.cu_seqlens_q = a.cu_seqlens_q;
-        c.num_seqs = a.batch;
-        c.group = a.group;
-        c.decode_rows = kDecodeRows;
-      }
+      c.cu_seqlens_q = a.cu_seqlens_q;
+      c.num_seqs = a.batch;
+      c.group = a.group;
+      c.decode_rows = kDecodeRows;
+      c.rows_per_seq = d.rows_per_seq;
+      c.out_rows = a.lse_head;
       st = launch_combine<T, T>(c, s);
     }
     if (ws != nullptr) {

@@ -67,8 +67,12 @@ constexpr int kDecodeChunk = 64;
 struct DecodeArgs {
   FwdArgs f;
   int num_splits;
-  float* partial_o;    // [num_splits, total_q, H, W] fp32 (normalised per split)
-  float* partial_lse;  // [num_splits, H, total_q]
+  // Split-KV partials of the decode sequences only: sequence b's query i (i < rows_per_seq) is
+  // partial row b * rows_per_seq + i of P = batch * rows_per_seq (a prefill chunk in the same call
+  // costs no workspace).
+  int rows_per_seq;
+  float* partial_o;    // [num_splits, P, H, W] fp32 (normalised per split)
+  float* partial_lse;  // [num_splits, H, P]
 };
 template <typename T, int kHeadDim>
 fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);

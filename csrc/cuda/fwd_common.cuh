@@ -158,10 +158,13 @@ struct TileLoader {
                                        int valid_rows, int valid_chunks) const {
     const int rows_left = valid_rows - r0;
     const int chunks_left = valid_chunks - c0;
+    int pg[kPasses];  // page indices first: no shared-memory latency between two cp.async
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) pg[i] = ring.page(nb, r0 + i * kRowStep);
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowStep;
-      const int ri = i * kRowStep < rows_left ? pr.row_index(key0 + r, ring.page(nb, r)) : -1;
+      const int ri = i * kRowStep < rows_left ? pr.row_index(key0 + r, pg[i]) : -1;
       const char* src = pr.base + static_cast<int64_t>(ri < 0 ? 0 : ri) * pr.row_bytes + c0 * 16;
 #pragma unroll
       for (int j = 0; j < kChunksPerThread; ++j) {

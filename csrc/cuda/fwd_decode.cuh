@@ -65,6 +65,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   const SeqInfo seq = fwd_seq(a, b);
   const int group = a.group;
   if (seq.nq <= 0 || seq.nq * group > a.decode_rows) return;
+  // More queries than the caller's maxSeqlenQ: no partial rows for them (never write past them).
+  if (d.num_splits > 1 && seq.nq > d.rows_per_seq) return;
   const int rows = seq.nq * group;  // packed rows in use
   const KeyWindow win(seq, a.window_left, a.window_right);
   int kmin, kmax;
@@ -305,9 +307,11 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       }
       if (c == 0) a.lse[h * a.lse_head + row] = lse;
     } else {
-      float* po = d.partial_o + ((static_cast<int64_t>(split) * a.total_q + row) * a.heads + h) * W + c;
+      const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;
+      const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
+      float* po = d.partial_o + ((split * P + prow) * a.heads + h) * W + c;
       *reinterpret_cast<float4*>(po) = acc;
-      if (c == 0) d.partial_lse[(static_cast<int64_t>(split) * a.heads + h) * a.total_q + row] = lse;
+      if (c == 0) d.partial_lse[(split * a.heads + h) * P + prow] = lse;
     }
   }
 }

@@ -98,9 +98,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
     pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
     ring.s_base = sV + 2 * kTileKV;  // after the tiles (the launcher adds its bytes)
     ring.p_base = reinterpret_cast<int*>(smem + (ring.s_base - sQ));
-    // Page indices of the first two key blocks; later ones are queued two blocks ahead.
+    // Page indices of the first three key blocks (the loop's first step loads K of the third);
+    // later ones are queued two blocks ahead.
     ring.fill(pk, n_max - 1, Nk, tid);
     if (n_max - 2 >= n_min) ring.fill(pk, n_max - 2, Nk, tid);
+    if (n_max - 3 >= n_min) ring.fill(pk, n_max - 3, Nk, tid);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();

@@ -101,13 +101,20 @@ struct SwizzledTileLoader {
   __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb, int key0,
                                        int valid_rows, int valid_chunks) const {
     const bool col_ok = c < valid_chunks;
+    // All of this thread's page indices first, then the row arithmetic, then the copies: no
+    // shared-memory read latency between two cp.async.
+    int ri[kPasses];
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) ri[i] = ring.page(nb, r0 + i * kRowStep);
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
       const int r = r0 + i * kRowStep;
-      const int ri = col_ok && r < valid_rows ? pr.row_index(key0 + r, ring.page(nb, r)) : -1;
-      cp_async_16(s_tile + s_off + i * kRowStep * 128,
-                  ri >= 0 ? pr.base + static_cast<int64_t>(ri) * pr.row_bytes + c * 16 : pr.base, ri >= 0);
+      ri[i] = col_ok && r < valid_rows ? pr.row_index(key0 + r, ri[i]) : -1;
     }
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i)
+      cp_async_16(s_tile + s_off + i * kRowStep * 128,
+                  ri[i] >= 0 ? pr.base + static_cast<int64_t>(ri[i]) * pr.row_bytes + c * 16 : pr.base, ri[i] >= 0);
   }
 };
 
