@@ -1,10 +1,15 @@
 #!/usr/bin/env node
 // Turns a bench run's output folder (results.json, table.md, chart.svg) into bench/RESULTS.md and
-// bench/chart.svg. Usage: node scripts/results-md.js OUT_DIR COMMIT [extra-notes.md]
+// bench/chart.svg. Usage: node scripts/results-md.js OUT_DIR COMMIT [--extra DIR COMMIT] [notes.md]
+//   --extra DIR COMMIT: the inference / per-call figures from another run (its results.json "extra").
 'use strict';
 const fs = require('fs');
 const path = require('path');
-const [dir, commit, notes] = process.argv.slice(2);
+const argv = process.argv.slice(2);
+let extraRun = null;
+const xi = argv.indexOf('--extra');
+if (xi >= 0) extraRun = { dir: argv[xi + 1], commit: argv[xi + 2] }, argv.splice(xi, 3);
+const [dir, commit, notes] = argv;
 if (!dir || !commit) {
   console.error('usage: node scripts/results-md.js OUT_DIR COMMIT [notes.md]');
   process.exit(2);
@@ -47,7 +52,8 @@ for (const r of rows.filter((x) => x.impl === 'ours' && x.case.dtype !== 'float3
   const p = rows.find((x) => x.impl === 'torch cudnn' && key(x) === key(r));
   if (p) cud.push(r.tflops / p.tflops);
 }
-const extra = (res.extra || []).join('\n');
+const extraRes = extraRun ? JSON.parse(fs.readFileSync(path.join(extraRun.dir, 'results.json'), 'utf8')) : res;
+const extra = (extraRun ? [`${extraRes.header}; commit ${extraRun.commit}.`, ''] : []).concat(extraRes.extra || []).join('\n');
 
 const md = `# Benchmark results
 
@@ -57,7 +63,7 @@ Measured with \`bash scripts/gpu-run.sh bench\` (\`npm run bench -- --compare to
 --deterministic --decode --varlen --serve\`). Two figures per cell:
 - **API**: what a user gets. Back-to-back public-API calls on device tensors (\`flashAttention\` /
   \`flashAttentionBackward\`), each awaited, outputs disposed as they go, closed by \`synchronize()\`;
-  wall time / calls, median of 3 rounds of at least 150 ms. All targets are read on this figure.
+  wall time / calls, median of 3 rounds (minimum round length in the header). All targets are read on this figure.
 - **kernel**: CUDA events around each call of the core entry point (all of its kernels), warm-up,
   median of 30.
 PyTorch SDPA (flash = FlashAttention-2 code, cuDNN, mem-efficient for fp32) timed with CUDA events in
@@ -76,7 +82,7 @@ Cells closest to failing (or failing), ours (API) / peer:
 | --- | --- | --- | --- |
 ${closest.join('\n')}
 
-## Inference and per-call figures (same run)
+## Inference and per-call figures (${extraRun ? 'a later run, header below' : 'same run'})
 
 ${extra}
 

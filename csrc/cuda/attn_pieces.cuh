@@ -122,6 +122,11 @@ struct PagedRows {
     const int q = page.div(t);
     return static_cast<unsigned>(pg) < static_cast<unsigned>(num_pages) ? pg * page.d + (t - q * page.d) : -1;
   }
+  // Byte offset of cache row ri >= 0 from base (one 32 x 32 -> 64-bit multiply: the host checks
+  // that a cache row is under 2^31 bytes).
+  __device__ __forceinline__ uint64_t offset(int ri) const {
+    return static_cast<uint64_t>(static_cast<uint32_t>(ri)) * static_cast<uint32_t>(row_bytes);
+  }
   __device__ __forceinline__ int page_of(int t) const { return __ldg(table + page.div(t)); }
   __device__ __forceinline__ const char* row(int t, bool* ok) const {
     const int ri = row_index(t, page_of(t));

@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -147,9 +150,17 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     DecodeArgs d{};
     d.f = a;
     const int n_chunks = (a.seqlen_k + kDecodeChunk - 1) / kDecodeChunk;
-    // One decode block per SM reads at full bandwidth (run 2: B 1 x 16k peaked at 16 splits = 128
-    // blocks, 1.78 TB/s, against 1.64 at 29 splits), so the waves are counted in SMs.
-    int splits = p->num_splits > 0 ? p->num_splits : decode_splits(a.batch * a.heads_k, n_chunks, sm_count());
+    // Waves counted in resident decode blocks (per_sm per SM) fill the GPU for batches (run 4,
+    // counted in SMs: B 16 x 16k at 1 split, 3.34 TB/s, against 3.77 at 2 splits in run 2). For a few
+    // long sequences that gives short splits (B 1 x 16k: 29 splits of 9 chunks, 1.64 TB/s, against
+    // 1.77-1.78 at 16): there, when splits would hold fewer than 24 chunks, count in SMs.
+    const int per_sm = width <= 64 ? 3 : width <= 128 ? 2 : 1;
+    const int units = a.batch * a.heads_k;
+    int splits = p->num_splits;
+    if (splits <= 0) {
+      splits = decode_splits(units, n_chunks, sm_count() * per_sm);
+      if (units < sm_count() / 2 && n_chunks < 24 * splits) splits = decode_splits(units, n_chunks, sm_count());
+    }
     // One combine launch takes kMaxCombine partials: more splits than that never pay here anyway.
     splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
     d.num_splits = splits;
@@ -229,6 +240,9 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
     return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: page_size must be >= 1 and the page counts >= 0");
   if (p->softcap < 0.f || !std::isfinite(p->softcap))
     return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: softcap must be finite and >= 0");
+  // The paged loaders multiply a cache row index by the row pitch in 32 bits (PagedRows::offset).
+  if (paged && (std::max(std::abs(p->k_str.row), std::abs(p->v_str.row)) * 4 > int64_t(INT32_MAX)))
+    return fa::fail(FA_ERR_UNSUPPORTED, "fa_fwd_cuda: paged cache rows of 2^31 bytes or more");
   const int width = pick_compiled_width(p->dtype, d, paged);
   const fa_status bad = check_common_args("fa_fwd_cuda", paged ? "CUDA paged attention" : "CUDA forward", p->dtype,
                                           p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, d, p->scale, width);

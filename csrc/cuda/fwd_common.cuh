@@ -79,27 +79,35 @@ __device__ __forceinline__ PagedRows paged_rows(const FwdArgs& a, const BlockCoo
   return r;
 }
 
-// Page indices of key blocks for the paged row-block kernels: one ring slot of kBlockN ints per
-// block in shared memory, filled with 4-byte cp.async two blocks ahead of the K / V loads that use
-// them (committed with that iteration's tile loads, so the top-of-loop wait covers them): no loader
-// ever stalls on a page-table read. Slot of block nb: nb % kSlots (blocks n, n - 1, n - 2 live).
+// Cache rows of key blocks for the paged row-block kernels: one ring slot of kBlockN ints per key
+// block in shared memory, each the cache row (page * page_size + slot) of one key, or -1 (past the
+// sequence, or a page index out of range). Thread r < kBlockN owns row r of every slot. Two steps
+// per block, a loop iteration apart: prefetch() reads the block's page indices from the table into
+// a register, commit() turns them into cache rows in the ring; a loader then needs one shared read
+// and one multiply per row (run 3: with the page arithmetic in the loaders, 16 rows per thread per
+// block, paged prefill ran at 0.67x dense). At step n the kernels commit block n - 2 and prefetch
+// block n - 3, while their loaders read the slots of n and n - 1: kSlots = 4 keeps them apart.
 template <int kBlockN, int kThreads>
 struct PageRing {
+  static_assert(kBlockN <= kThreads, "one ring row per thread");
   static constexpr int kSlots = 4;
   static constexpr int kBytes = kSlots * kBlockN * 4;
-  uint32_t s_base;
-  int* p_base;  // the same memory, generic pointer
-  __device__ __forceinline__ void fill(const PagedRows& pr, int nb, int nk, int tid) const {
-    if (nb < 0) return;
-#pragma unroll
-    for (int r = tid; r < kBlockN; r += kThreads) {
-      const int t = nb * kBlockN + r;
-      const int slot = (nb & (kSlots - 1)) * kBlockN + r;
-      if (t < nk) cp_async_4(s_base + slot * 4, pr.table + pr.page.div(t));
-      else p_base[slot] = -1;
-    }
+  int* rows;    // the ring in shared memory
+  int pending;  // page index of row tid of the prefetched block (-1: none)
+  __device__ __forceinline__ void prefetch(const PagedRows& pr, int nb, int nk, int tid) {
+    const int t = nb * kBlockN + tid;
+    pending = nb >= 0 && tid < kBlockN && t < nk ? __ldg(pr.table + pr.page.div(t)) : -1;
   }
-  __device__ __forceinline__ int page(int nb, int r) const { return p_base[(nb & (kSlots - 1)) * kBlockN + r]; }
+  __device__ __forceinline__ void commit(const PagedRows& pr, int nb, int nk, int tid) {
+    const int t = nb * kBlockN + tid;
+    if (nb >= 0 && tid < kBlockN) rows[(nb & (kSlots - 1)) * kBlockN + tid] = t < nk ? pr.row_index(t, pending) : -1;
+  }
+  // Both steps at once (the prologue; the caller synchronises before the rows are read).
+  __device__ __forceinline__ void fill_now(const PagedRows& pr, int nb, int nk, int tid) {
+    prefetch(pr, nb, nk, tid);
+    commit(pr, nb, nk, tid);
+  }
+  __device__ __forceinline__ int row(int nb, int r) const { return rows[(nb & (kSlots - 1)) * kBlockN + r]; }
 };
 
 // Key blocks [*n_min, *n_max) that the rows [row0, row0 + block_m) of this block may see (empty
@@ -151,21 +159,16 @@ struct TileLoader {
       }
     }
   }
-  // The same tile from a paged cache, block nb of `pr`, its page indices read from `ring` (a row
-  // whose page index is out of range is zero-filled like a row past valid_rows).
+  // The same tile from a paged cache, block nb of `pr`, its cache rows read from `ring` (a row the
+  // ring marks -1 is zero-filled like a row past valid_rows).
   template <class Ring>
-  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb, int key0,
-                                       int valid_rows, int valid_chunks) const {
-    const int rows_left = valid_rows - r0;
+  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb,
+                                       int valid_chunks) const {
     const int chunks_left = valid_chunks - c0;
-    int pg[kPasses];  // page indices first: no shared-memory latency between two cp.async
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i) pg[i] = ring.page(nb, r0 + i * kRowStep);
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int r = r0 + i * kRowStep;
-      const int ri = i * kRowStep < rows_left ? pr.row_index(key0 + r, pg[i]) : -1;
-      const char* src = pr.base + static_cast<int64_t>(ri < 0 ? 0 : ri) * pr.row_bytes + c0 * 16;
+      const int ri = ring.row(nb, r0 + i * kRowStep);
+      const char* src = pr.base + pr.offset(ri) + c0 * 16;
 #pragma unroll
       for (int j = 0; j < kChunksPerThread; ++j) {
         const bool pred = ri >= 0 && j * kTPR < chunks_left;

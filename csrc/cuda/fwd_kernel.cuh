@@ -73,28 +73,29 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel(const
   if constexpr (kPaged) {
     pk = paged_rows<2>(a, bc, a.k, a.k_head, a.k_row);
     pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
-    ring.s_base = sV + Tr::kStages * Tr::kSmemK;  // after the tiles (the launcher adds its bytes)
-    ring.p_base = reinterpret_cast<int*>(smem + (ring.s_base - sQ));
-    // Page indices of the first two key blocks; later ones are queued two blocks ahead.
-    ring.fill(pk, n_max - 1, Nk, tid);
-    if (n_max - 2 >= n_min) ring.fill(pk, n_max - 2, Nk, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
+    // After the tiles (the launcher adds its bytes).
+    ring.rows = reinterpret_cast<int*>(smem + (sV + Tr::kStages * Tr::kSmemK - sQ));
+    // Cache rows of the first two key blocks; the loop commits block n - 2 and prefetches n - 3.
+    ring.fill_now(pk, n_max - 1, Nk, tid);
+    if (n_max - 2 >= n_min) ring.fill_now(pk, n_max - 2, Nk, tid);
+    if (n_max - 3 >= n_min) ring.prefetch(pk, n_max - 3, Nk, tid);
     __syncthreads();
   }
   // K / V tile of key block nb into the buffer at s_tile.
   auto load_k = [&](int nb, uint32_t s_tile) {
-    if constexpr (kPaged) kv_loader.load(s_tile, pk, ring, nb, nb * BN, Nk - nb * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(s_tile, pk, ring, nb, valid_chunks);
     else kv_loader.load(s_tile, gk + nb * BN * a.k_row * 2, a.k_row * 2, Nk - nb * BN, valid_chunks);
   };
   auto load_v = [&](int nb, uint32_t s_tile) {
-    if constexpr (kPaged) kv_loader.load(s_tile, pv, ring, nb, nb * BN, Nk - nb * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(s_tile, pv, ring, nb, valid_chunks);
     else kv_loader.load(s_tile, gv + nb * BN * a.v_row * 2, a.v_row * 2, Nk - nb * BN, valid_chunks);
   };
-  // Paged: page indices of key block nb, queued with the current iteration's tile loads.
+  // Paged, at key block n (nb = n - 2): the cache rows of block n - 2 into the ring (visible after
+  // the next barrier), the page indices of n - 3 into a register.
   auto fill_pages = [&](int nb) {
     if constexpr (kPaged) {
-      if (nb >= n_min) ring.fill(pk, nb, Nk, tid);
+      if (nb >= n_min) ring.commit(pk, nb, Nk, tid);
+      if (nb - 1 >= n_min) ring.prefetch(pk, nb - 1, Nk, tid);
     }
   };
   q_loader.load(sQ, gq, a.q_row * 2, q_rows, valid_chunks);

@@ -96,23 +96,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   if constexpr (kPaged) {
     pk = paged_rows<2>(a, bc, a.k, a.k_head, a.k_row);
     pv = paged_rows<2>(a, bc, a.v, a.v_head, a.v_row);
-    ring.s_base = sV + 2 * kTileKV;  // after the tiles (the launcher adds its bytes)
-    ring.p_base = reinterpret_cast<int*>(smem + (ring.s_base - sQ));
-    // Page indices of the first three key blocks (the loop's first step loads K of the third);
-    // later ones are queued two blocks ahead.
-    ring.fill(pk, n_max - 1, Nk, tid);
-    if (n_max - 2 >= n_min) ring.fill(pk, n_max - 2, Nk, tid);
-    if (n_max - 3 >= n_min) ring.fill(pk, n_max - 3, Nk, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
+    ring.rows = reinterpret_cast<int*>(smem + (sV + 2 * kTileKV - sQ));  // after the tiles
+    // Cache rows of the first three key blocks (the loop's first step loads K of the third); the
+    // loop commits block n - 2 and prefetches n - 3.
+    ring.fill_now(pk, n_max - 1, Nk, tid);
+    if (n_max - 2 >= n_min) ring.fill_now(pk, n_max - 2, Nk, tid);
+    if (n_max - 3 >= n_min) ring.fill_now(pk, n_max - 3, Nk, tid);
+    if (n_max - 4 >= n_min) ring.prefetch(pk, n_max - 4, Nk, tid);
     __syncthreads();
   }
   auto load_k = [&](int n, int stage) {
-    if constexpr (kPaged) kv_loader.load(sK + stage * kTileKV, pk, ring, n, n * BN, Nk - n * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(sK + stage * kTileKV, pk, ring, n, valid_chunks);
     else kv_loader.load(sK + stage * kTileKV, gp.k + n * BN * k_rb, k_rb, Nk - n * BN, valid_chunks);
   };
   auto load_v = [&](int n, int stage) {
-    if constexpr (kPaged) kv_loader.load(sV + stage * kTileKV, pv, ring, n, n * BN, Nk - n * BN, valid_chunks);
+    if constexpr (kPaged) kv_loader.load(sV + stage * kTileKV, pv, ring, n, valid_chunks);
     else kv_loader.load(sV + stage * kTileKV, gp.v + n * BN * v_rb, v_rb, Nk - n * BN, valid_chunks);
   };
 
@@ -212,8 +210,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
     if constexpr (kPaged) {
       if (n > n_min) load_k(n - 1, st ^ 1);
       load_v(n, st);
-      if (n - 2 >= n_min) ring.fill(pk, n - 2, Nk, tid);
       cp_async_commit();
+      if (n - 2 >= n_min) ring.commit(pk, n - 2, Nk, tid);
+      if (n - 3 >= n_min) ring.prefetch(pk, n - 3, Nk, tid);
     }
     sm90::wgmma_wait<1>();
     sm90::reg_fence<BN / 2>(sf);

@@ -95,26 +95,20 @@ struct SwizzledTileLoader {
       cp_async_16(s_tile + s_off + i * kRowStep * 128, pred ? src + i * step : g, pred);
     }
   }
-  // The same tile from a paged cache: block nb of `pr`, its page indices from `ring` (fwd_common's
-  // PageRing; a bad page index zero-fills the row).
+  // The same tile from a paged cache: block nb of `pr`, its cache rows from `ring` (fwd_common's
+  // PageRing; a row it marks -1 is zero-filled).
   template <class Ring>
-  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb, int key0,
-                                       int valid_rows, int valid_chunks) const {
+  __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb,
+                                       int valid_chunks) const {
     const bool col_ok = c < valid_chunks;
-    // All of this thread's page indices first, then the row arithmetic, then the copies: no
-    // shared-memory read latency between two cp.async.
-    int ri[kPasses];
+    int ri[kPasses];  // every shared read first: no shared-memory latency between two cp.async
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) ri[i] = ring.page(nb, r0 + i * kRowStep);
+    for (int i = 0; i < kPasses; ++i) ri[i] = ring.row(nb, r0 + i * kRowStep);
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-      const int r = r0 + i * kRowStep;
-      ri[i] = col_ok && r < valid_rows ? pr.row_index(key0 + r, ri[i]) : -1;
+      const bool pred = col_ok && ri[i] >= 0;
+      cp_async_16(s_tile + s_off + i * kRowStep * 128, pred ? pr.base + pr.offset(ri[i]) + c * 16 : pr.base, pred);
     }
-#pragma unroll
-    for (int i = 0; i < kPasses; ++i)
-      cp_async_16(s_tile + s_off + i * kRowStep * 128,
-                  ri[i] >= 0 ? pr.base + static_cast<int64_t>(ri[i]) * pr.row_bytes + c * 16 : pr.base, ri[i] >= 0);
   }
 };
 
