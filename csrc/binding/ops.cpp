@@ -184,6 +184,18 @@ void FillCommon(P& p, const Call& c) {
   p.total_k = c.I(FA_F_total_k);
 }
 
+// The scalars of an appendKV call (both backends).
+void FillAppendKv(fa_append_kv_params& p, const Call& c) {
+  p.batch = c.I(FA_F_batch);
+  p.total_new = c.I(FA_F_total_k);
+  p.heads_k = c.I(FA_F_heads_k);
+  p.head_dim = c.I(FA_F_head_dim);
+  p.page_size = c.I(FA_F_page_size);
+  p.max_pages_per_seq = c.I(FA_F_max_pages);
+  p.num_pages = c.I(FA_F_num_pages);
+  p.dtype = static_cast<fa_dtype>(c.I(FA_F_dtype));
+}
+
 fa_rotary RotaryOf(const Call& c, const float* cos, const float* sin) {
   fa_rotary r{};
   if (cos == nullptr) return r;
@@ -286,14 +298,7 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
       w->run = [p]() { return fa_bwd_cpu(&p); };
     } else if (op == FA_OP_append_kv) {
       fa_append_kv_params p{};
-      p.batch = c.I(FA_F_batch);
-      p.total_new = c.I(FA_F_total_k);
-      p.heads_k = c.I(FA_F_heads_k);
-      p.head_dim = c.I(FA_F_head_dim);
-      p.page_size = c.I(FA_F_page_size);
-      p.max_pages_per_seq = c.I(FA_F_max_pages);
-      p.num_pages = c.I(FA_F_num_pages);
-      p.dtype = static_cast<fa_dtype>(c.I(FA_F_dtype));
+      FillAppendKv(p, c);
       p.num_threads = c.I(FA_F_threads);
       p.k_cache = HostPtr(c, FA_S_k_cache, z.cache, true);
       p.v_cache = HostPtr(c, FA_S_v_cache, z.cache, true);
@@ -575,14 +580,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
     st = fa_bwd_cuda(&p, stream);
   } else if (op == FA_OP_append_kv) {
     fa_append_kv_params p{};
-    p.batch = c.I(FA_F_batch);
-    p.total_new = c.I(FA_F_total_k);
-    p.heads_k = c.I(FA_F_heads_k);
-    p.head_dim = c.I(FA_F_head_dim);
-    p.page_size = c.I(FA_F_page_size);
-    p.max_pages_per_seq = c.I(FA_F_max_pages);
-    p.num_pages = c.I(FA_F_num_pages);
-    p.dtype = static_cast<fa_dtype>(c.I(FA_F_dtype));
+    FillAppendKv(p, c);
     p.k_cache = cc.In(FA_S_k_cache, z.cache);
     p.v_cache = cc.In(FA_S_v_cache, z.cache);
     p.k = cc.In(FA_S_k, z.kv);
