@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "binding/context.h"
 #include "binding/ops.h"
 #include "fa_core.h"
 
@@ -59,22 +60,6 @@ Napi::Value ConvertToF32(const Napi::CallbackInfo& info) {
 
 // ---- CUDA -------------------------------------------------------------------------------------------
 
-int DeviceCount() {
-#ifdef FA_WITH_CUDA
-  static int count = -1;
-  if (count < 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    count = n;
-  }
-  return count;
-#else
-  return 0;
-#endif
-}
 
 Napi::Value Devices(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -11,6 +11,23 @@
 
 namespace fab {
 
+int DeviceCount() {
+#ifdef FA_WITH_CUDA
+  static int count = -1;
+  if (count < 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    count = n;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
 namespace {
 
 // Type tag of device handles (napi Externals): a value from elsewhere is never taken for one.

@@ -38,6 +38,9 @@
 
 namespace fab {
 
+// CUDA devices visible to this process (read once; 0 without CUDA or without a driver).
+int DeviceCount();
+
 class DeviceContext;
 
 // One device allocation behind a JS handle (a type-tagged napi External). Freed by free() from JS,

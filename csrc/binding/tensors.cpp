@@ -22,29 +22,15 @@ namespace fab {
 
 namespace {
 
-#ifdef FA_WITH_CUDA
-int DeviceCountCached() {
-  static int count = -1;
-  if (count < 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      n = 0;
-    }
-    count = n;
-  }
-  return count;
-}
-#endif
 
 int DeviceArg(const Napi::Value& v) {
   Napi::Env env = v.Env();
   if (!v.IsNumber()) throw Napi::TypeError::New(env, "internal: device must be a number");
   const int dev = v.As<Napi::Number>().Int32Value();
 #ifdef FA_WITH_CUDA
-  if (dev < 0 || dev >= DeviceCountCached())
+  if (dev < 0 || dev >= DeviceCount())
     throw Napi::RangeError::New(env, "device cuda:" + std::to_string(dev) + " does not exist (" +
-                                         std::to_string(DeviceCountCached()) + " CUDA devices)");
+                                         std::to_string(DeviceCount()) + " CUDA devices)");
   return dev;
 #else
   (void)dev;
