@@ -14,6 +14,7 @@
 //                    [--deterministic] [--decode] [--varlen] [--serve] [--grid off]
 //   --decode   paged decode bandwidth (--decode-splits 1,2,4,...: also at fixed split counts) (GQA 32/8, D 128, fp16, page 16 shuffled and page 1; B 1/16/64
 //              x 4k/16k/64k cached tokens) next to torch cuDNN / flash SDPA on contiguous K/V
+//              (--decode-cells 1x16384x16,...: only these B x N x page cells)
 //   --varlen   packed prefill (lengths 100..8k, 16k tokens, causal, D 128) against the dense kernel
 //              at equal work, and the same through a paged cache (pagedAttention)
 //   --serve    a serving loop: 64 sequences of random lengths, each step appends one token per
@@ -233,11 +234,13 @@ function pageTable(B: number, N: number, page: number, seed: number): { table: I
   return { table: perm, pages, maxPages };
 }
 
-async function decodeBench(apiMs: number, warmup: number, reps: number, compare: boolean, sweep: number[]): Promise<DecodeRow[]> {
+async function decodeBench(apiMs: number, warmup: number, reps: number, compare: boolean, sweep: number[], only: string[]): Promise<DecodeRow[]> {
   const H = 32, Hkv = 8, D = 128;
-  const cells: DecodeCell[] = [];
+  let cells: DecodeCell[] = [];
   for (const B of [1, 16, 64]) for (const N of [4096, 16384, 65536]) if (B * N <= 1 << 20) cells.push({ B, N, page: 16 });
   for (const B of [1, 16, 64]) cells.push({ B, N: 16384, page: 1 });
+  // --decode-cells BxNxPAGE,...: only these cells (profiling one kernel)
+  if (only.length) cells = only.map((c) => { const [B, N, page] = c.split('x').map(Number); return { B, N, page: page || 16 }; });
   const rows: DecodeRow[] = [];
   for (const cell of cells) {
     const { B, N, page } = cell;
@@ -493,7 +496,7 @@ async function main() {
   let decodeRows: DecodeRow[] = [];
   if (args.decode) {
     const sweep = list(args['decode-splits'], '').map(Number).filter((x) => x > 0);
-    decodeRows = await decodeBench(apiMs, warmup, reps, args.compare === 'torch', sweep);
+    decodeRows = await decodeBench(apiMs, warmup, reps, args.compare === 'torch', sweep, list(args['decode-cells'], ''));
     extra.push('', '| decode cell | impl | us | K/V TB/s | ours / torch cudnn |', '| --- | --- | --- | --- | --- |');
     for (const r of decodeRows) {
       const peer = decodeRows.find((x) => x.impl === 'torch cudnn' && x.cell.B === r.cell.B && x.cell.N === r.cell.N);

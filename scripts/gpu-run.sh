@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -51,6 +51,18 @@ for s in $steps; do
           cuobjdump -sass -fun "_ZN2fa4cuda15fwd_kernel_sm90INS0_13Sm90FwdTraitsI6__halfLi128EEELb${pg}EEEvNS0_7FwdArgsE" \
             build/Release/flash_attention_node.node > "$OUT/sass-sm90-d128-paged$pg.txt" 2>&1
           wc -l "$OUT/sass-sm90-d128-paged$pg.txt"
+        done
+      fi ;;
+    decode-profile)
+      # ncu on the decode kernel and the combine at a latency-bound cell (B 1 x 16k) and a
+      # bandwidth-bound one (B 16 x 64k), page 16 and page 1.
+      if command -v ncu > /dev/null; then
+        for cell in 1x16384x16 16x65536x16 16x16384x1; do
+          timeout 150 ncu --kernel-name "regex:decode|combine" --launch-count 4 --section SpeedOfLight \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+            node dist/bench/cli.js --grid off --decode --decode-cells $cell --api-ms 1 --out /tmp \
+            > "$OUT/ncu-decode-$cell.log" 2>&1
+          echo "-- $cell"; grep -E "fwd_decode|combine|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Stall|Grid Size" "$OUT/ncu-decode-$cell.log" | head -30
         done
       fi ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;

@@ -3,7 +3,7 @@
 //   lse = log(sum_i exp(lse_i)),  out = sum_i exp(lse_i - lse) * out_i
 // A partial whose lse is +inf or -inf saw no key and contributes nothing; a row no partial saw gets
 // out = 0 and lse = +inf (the library's convention for "no key").
-// One warp per (row, head); lanes take 4 columns at a time. Up to kMaxCombine partials per launch
+// One warp per (row, head); lane p reduces partial p's lse, then lanes take 4 columns at a time. Up to kMaxCombine partials per launch
 // (fa_merge_cuda chains launches for more, through an fp32 partial).
 #pragma once
 #include <cuda_bf16.h>
@@ -102,11 +102,17 @@ __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
       orow = static_cast<int64_t>(q0) + qi;
       lse_dst_off = h * c.out_rows + orow;
     }
-    float m = -INFINITY;
-    for (int p = 0; p < c.num; ++p) {
-      const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
-      if (l < INFINITY) m = fmaxf(m, l);  // +inf: no keys (the library's convention)
+    // Lane p holds partial p's lse and weight (c.num <= 32): the max and the sum are warp
+    // reductions, not loops of dependent loads (a loop over 14 partials cost ~15 us at B 1 on the
+    // H200, more than the decode kernel's reads).
+    float l = -INFINITY;
+    if (lane < c.num) {
+      l = c.lse_base ? c.lse_base[lane * c.lse_stride + lse_off] : c.lse[lane][lse_off];
+      if (!(l < INFINITY)) l = -INFINITY;  // +inf: no keys (the library's convention)
     }
+    float m = l;
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
     float* const lse_dst = c.lse_out + lse_dst_off;
     char* const o_dst = static_cast<char*>(c.out) + (orow * c.heads + h) * c.out_head * sizeof(TO);
     if (m == -INFINITY) {  // no partial saw a key
@@ -115,26 +121,44 @@ __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
       if (lane == 0) *lse_dst = INFINITY;
       continue;
     }
-    float sum = 0.f;
-    for (int p = 0; p < c.num; ++p) {
-      const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
-      if (l < INFINITY && l > -INFINITY) sum += expf(l - m);
-    }
-    const float inv = 1.f / sum;
-    for (int col = lane * 4; col < c.head_dim; col += 128) {
+    const float e = l > -INFINITY ? expf(l - m) : 0.f;
+    float sum = e;
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+    const float w_mine = e / sum;
+    // Column groups of 128: every lane takes part in every step (the shuffles need the whole warp),
+    // lanes past the head dim only load nothing and store nothing.
+    for (int col0 = 0; col0 < c.head_dim; col0 += 128) {
+      const int col = col0 + lane * 4;
+      const bool on = col < c.head_dim;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      // Weights broadcast from their lanes; a partial of weight 0 is read but not added (its
+      // output may be anything), so the loads of several partials are in flight together. The
+      // split-KV partials (fp32, one buffer) take a loop of plain float4 loads: with the per-partial
+      // dtype test between them the loads were issued one after another (11 us at B 1).
+      if (c.o_base != nullptr && c.f32_mask == 0xffffffffu) {
+        const float* ob = static_cast<const float*>(c.o_base) + (bi * c.heads + h) * c.in_head + col;
+#pragma unroll 8
+        for (int p = 0; p < c.num; ++p) {
+          const float w = __shfl_sync(0xffffffffu, w_mine, p);
+          const float4 x = on ? *reinterpret_cast<const float4*>(ob + p * c.o_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+          if (w != 0.f)
+            acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
+        }
+      } else {
+#pragma unroll 4
       for (int p = 0; p < c.num; ++p) {
-        const float l = c.lse_base ? c.lse_base[p * c.lse_stride + lse_off] : c.lse[p][lse_off];
-        if (!(l < INFINITY && l > -INFINITY)) continue;
-        const float w = expf(l - m) * inv;
+        const float w = __shfl_sync(0xffffffffu, w_mine, p);
         const bool f32 = (c.f32_mask >> p) & 1u;
         const size_t es = f32 ? 4 : sizeof(TI);
         const char* base = c.o_base ? static_cast<const char*>(c.o_base) + p * c.o_stride * es
                                     : static_cast<const char*>(c.o[p]);
-        const float4 x = load4<TI>(base + ((bi * c.heads + h) * c.in_head + col) * es, f32);
-        acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
+        const float4 x = on ? load4<TI>(base + ((bi * c.heads + h) * c.in_head + col) * es, f32) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (w != 0.f)
+          acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
       }
-      store4<TO>(reinterpret_cast<TO*>(o_dst) + col, acc);
+      }
+      if (on) store4<TO>(reinterpret_cast<TO*>(o_dst) + col, acc);
     }
     __syncwarp();  // every lane is done reading the lse values (the output may be partial 0's)
     if (lane == 0) *lse_dst = m + logf(sum);

@@ -149,21 +149,40 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
   if (has_decode) {
     DecodeArgs d{};
     d.f = a;
+    // Loader (H200, run 8 of NOTES-inference.md): one bulk copy per cache row (sm_90) for page sizes
+    // that are not multiples of 16, where the cp.async loader looks up every key's page on its
+    // critical path (page 1, B 16 x 16k: 3.43 against 3.03 TB/s); the cp.async loader for the rest
+    // (its one lookup per 16-key tile is cheap, and it reads faster from one block per SM: B 1 x 16k
+    // 1.91 against 1.44 TB/s). FA_DECODE_LOADER=bulk|cpasync fixes the choice (comparisons).
+    static const int loader_forced = [] {
+      const char* e = getenv("FA_DECODE_LOADER");
+      if (e == nullptr) return 0;
+      return std::string(e) == "bulk" ? 1 : std::string(e) == "cpasync" ? 2 : 0;
+    }();
+    d.bulk = sm90_kernels_usable() && (loader_forced == 1 || (loader_forced == 0 && a.page_size % 16 != 0));
     const int n_chunks = (a.seqlen_k + kDecodeChunk - 1) / kDecodeChunk;
     // Waves counted in resident decode blocks (per_sm per SM) fill the GPU for batches (run 4,
-    // counted in SMs: B 16 x 16k at 1 split, 3.34 TB/s, against 3.77 at 2 splits in run 2). For a few
-    // long sequences that gives short splits (B 1 x 16k: 29 splits of 9 chunks, 1.64 TB/s, against
-    // 1.77-1.78 at 16): there, when splits would hold fewer than 24 chunks, count in SMs.
+    // counted in SMs: B 16 x 16k at 1 split, 3.34 TB/s, against 3.77 at 2 splits in run 2). Run 8
+    // (the combine no longer a loop of dependent loads): B 1 x 16k 2.0 TB/s at 24-32 splits against
+    // 1.91 at 14, B 1 x 64k 3.26 at 32 against 3.08 at 14; before it, short splits had lost to the
+    // combine's cost and the count had fallen back to SMs for few long sequences.
     const int per_sm = width <= 64 ? 3 : width <= 128 ? 2 : 1;
     const int units = a.batch * a.heads_k;
     int splits = p->num_splits;
     if (splits <= 0) {
       splits = decode_splits(units, n_chunks, sm_count() * per_sm);
-      if (units < sm_count() / 2 && n_chunks < 24 * splits) splits = decode_splits(units, n_chunks, sm_count());
     }
     // One combine launch takes kMaxCombine partials: more splits than that never pay here anyway.
     splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
     d.num_splits = splits;
+    // The bulk loader's rings are sized for the blocks that share an SM: one when the grid fits
+    // the SMs once, per_sm otherwise. FA_DECODE_STAGES=n fixes the ring depth (comparisons).
+    d.blocks_per_sm = int64_t(units) * splits > sm_count() ? per_sm : 1;
+    static const int stages_forced = [] {
+      const char* e = getenv("FA_DECODE_STAGES");
+      return e != nullptr ? atoi(e) : 0;
+    }();
+    d.stages = stages_forced >= 2 ? std::min(stages_forced, 8) : 0;
     // Partials only for the queries a decode sequence can have: a call with long prefill chunks
     // and few kv heads (B 2 x 8k, splits 16) would otherwise size them for every query, GBs of
     // workspace, and run the combine over every row.

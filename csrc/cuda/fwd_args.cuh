@@ -73,6 +73,9 @@ struct DecodeArgs {
   int rows_per_seq;
   float* partial_o;    // [num_splits, P, H, W] fp32 (normalised per split)
   float* partial_lse;  // [num_splits, H, P]
+  bool bulk;           // the sm_90 bulk-copy loader (fwd_decode.cuh)
+  int stages;          // its ring depth per warp (run_fwd_decode chooses; 0: automatic)
+  int blocks_per_sm;   // what the caller's split count assumed (run_fwd_decode sizes the rings to it)
 };
 template <typename T, int kHeadDim>
 fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);

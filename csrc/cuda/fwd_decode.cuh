@@ -40,13 +40,34 @@ struct DecodeTraits {
   static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
   static constexpr int kCombineBytes = kWarps * (kDecodeRows * kHeadDim + 2 * kDecodeRows) * 4;
   static constexpr int kSmemBytes = kWarps * kWarpBytes > kCombineBytes ? kWarps * kWarpBytes : kCombineBytes;
+  // The sm_90 bulk loader's rings hold `ns` stages per warp (chosen per launch), its mbarriers
+  // (one per warp stage) after both the rings and the merge area.
+  static constexpr int kStageBytes = 2 * kTileBytes;  // K and V of one tile
+  __host__ __device__ static constexpr int bulk_bar_offset(int ns) {
+    return ((kWarps * ns * kStageBytes > kCombineBytes ? kWarps * ns * kStageBytes : kCombineBytes) + 7) / 8 * 8;
+  }
+  __host__ __device__ static constexpr int bulk_smem(int ns) { return bulk_bar_offset(ns) + kWarps * ns * 8; }
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "tile widths");
   static_assert(32 % kChunksPerRow == 0 || kChunksPerRow % 32 == 0, "loader layout");
 };
 
-template <class Tr>
+// kBulk (sm_90): each lane of a warp fetches one cache row of a tile (lanes 0-15 the K rows, 16-31
+// the V rows) with one cp.async.bulk completing on the stage's mbarrier, instead of 16-byte cp.async.
+// A row's page lookup is one lane's work, so page size 1 costs the same lookups as page size 16,
+// done in parallel: the loader for page sizes that are not multiples of 16 (fwd_api.cu measured
+// the choice; NOTES-inference.md runs 6-8).
+template <class Tr, bool kBulk>
 __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeArgs d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kUseBulk = kBulk;
+#else
+  constexpr bool kUseBulk = false;
+  if constexpr (kBulk) {  // never launched there: d.bulk asks for the sm_90a kernels
+    __trap();
+  } else
+#endif
+  {
   using T = typename Tr::T;
   constexpr int W = Tr::kHeadDim;
   constexpr int kPB = Tr::kPitch * 2;
@@ -171,28 +192,77 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
 
   const int my_first = t_begin + warp;
   const int my_count = my_first < t_end ? (t_end - my_first + 3) / 4 : 0;
-  TileRows next;
-#pragma unroll
-  for (int j = 0; j < kS - 1; ++j) {
-    if (j < my_count) {
-      rows_of(my_first + 4 * j, next);
-      load_tile(next, j);
+
+  // Bulk loader: stage s completes on bars + 8 s; its k-th fill is phase k (parity k & 1).
+  // Its ring depth is the launch's (d.stages, DecodeTraits::bulk_smem): deeper where one block per
+  // SM must keep enough bytes in flight alone.
+  const int ns = kUseBulk ? d.stages : kS;
+  const uint32_t bars = smem_u32(smem) + Tr::bulk_bar_offset(ns) + warp * ns * 8;
+  const uint32_t bring = smem_u32(smem) + warp * ns * 2 * Tr::kTileBytes;  // this warp's bulk ring
+  const uint32_t row_copy = static_cast<uint32_t>(a.head_dim) * 2;  // bytes of one K or V row
+  const char* const my_base = lane < 16 ? pk.base : pv.base;
+  const uint32_t my_row_bytes = static_cast<uint32_t>(lane < 16 ? pk.row_bytes : pv.row_bytes);
+  // This lane's cache row of a tile: key min(key0 + lane % 16, nk - 1) (rows past the sequence
+  // repeat its last key, finite data that the mask gives weight 0; a bulk copy cannot zero-fill).
+  auto bulk_row = [&](int tile) {
+    const int t = min(tile * 16 + (lane & 15), seq.nk - 1);
+    return pk.row_index(t, pk.page_of(t));
+  };
+  auto bulk_tile = [&](int ri, int stage) {
+    const uint32_t bar = bars + stage * 8;
+    if (lane == 0) mbar_arrive_expect_tx(bar, 32 * row_copy);
+    const uint32_t dst = bring + stage * 2 * Tr::kTileBytes + (lane >> 4) * Tr::kTileBytes + (lane & 15) * kPB;
+    bulk_g2s(dst, my_base + static_cast<uint64_t>(static_cast<uint32_t>(ri < 0 ? 0 : ri)) * my_row_bytes, row_copy, bar);
+  };
+  if constexpr (kUseBulk) {
+    if (lane == 0)
+      for (int st = 0; st < ns; ++st) mbar_init(bars + st * 8, 1);
+    mbar_fence_init();
+    // Columns past the head dim are never copied: zeros there, once (K's meet Q's zero columns).
+    if (a.head_dim < W) {
+      const int pad = (W - a.head_dim) / 8;  // 16-byte chunks per row
+      for (int idx = lane; idx < ns * 2 * 16 * pad; idx += 32) {
+        const int row = idx / pad, c = valid_chunks + idx % pad;  // row: stage, K/V, key
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(bring + row * kPB + c * 16), "r"(0u) : "memory");
+      }
     }
-    cp_async_commit();
+    __syncwarp();
   }
-  if (kS - 1 < my_count) rows_of(my_first + 4 * (kS - 1), next);
+  TileRows next;
+  int ri_next = 0;
+  if constexpr (kUseBulk) {
+    for (int j = 0; j < ns - 1 && j < my_count; ++j) bulk_tile(bulk_row(my_first + 4 * j), j);
+    if (ns - 1 < my_count) ri_next = bulk_row(my_first + 4 * (ns - 1));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kS - 1; ++j) {
+      if (j < my_count) {
+        rows_of(my_first + 4 * j, next);
+        load_tile(next, j);
+      }
+      cp_async_commit();
+    }
+    if (kS - 1 < my_count) rows_of(my_first + 4 * (kS - 1), next);
+  }
   for (int j = 0; j < my_count; ++j) {
-    cp_async_wait<kS - 2>();
+    if constexpr (kUseBulk) mbar_wait(bars + (j % ns) * 8, (j / ns) & 1);
+    else cp_async_wait<kS - 2>();
     __syncwarp();
     {
-      const int jn = j + kS - 1;
-      if (jn < my_count) load_tile(next, jn % kS);
-      cp_async_commit();
-      if (jn + 1 < my_count) rows_of(my_first + 4 * (jn + 1), next);  // used next iteration
+      if constexpr (kUseBulk) {
+        const int jn = j + ns - 1;
+        if (jn < my_count) bulk_tile(ri_next, jn % ns);
+        if (jn + 1 < my_count) ri_next = bulk_row(my_first + 4 * (jn + 1));  // used next iteration
+      } else {
+        const int jn = j + kS - 1;
+        if (jn < my_count) load_tile(next, jn % kS);
+        cp_async_commit();
+        if (jn + 1 < my_count) rows_of(my_first + 4 * (jn + 1), next);  // used next iteration
+      }
     }
     const int tile = my_first + 4 * j;
-    const int stage = j % kS;
-    const uint32_t sk = wbase + stage * 2 * Tr::kTileBytes, sv = sk + Tr::kTileBytes;
+    const uint32_t sk = (kUseBulk ? bring + (j % ns) * 2 * Tr::kTileBytes : wbase + (j % kS) * 2 * Tr::kTileBytes),
+                   sv = sk + Tr::kTileBytes;
 
     float s[1][2][4];
 #pragma unroll
@@ -248,7 +318,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       mma_16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
     }
   }
-  cp_async_wait<0>();
+  if constexpr (!kUseBulk) cp_async_wait<0>();  // (bulk: every filled stage was waited on)
   __syncthreads();  // every warp is done with its ring: the shared memory now holds the merge
 
   // Merge the four warps: warp w stores its raw row max, row sum and unnormalised O.
@@ -313,6 +383,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       *reinterpret_cast<float4*>(po) = acc;
       if (c == 0) d.partial_lse[(split * a.heads + h) * P + prow] = lse;
     }
+  }
   }
 }
 

@@ -84,18 +84,34 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
 }
 
 // The paged decode kernel: grid (heads_k, num_splits, batch).
+// d.bulk: the sm_90 bulk-copy loader (the caller checks the device and the build).
 template <typename T, int W>
 fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   using Tr = DecodeTraits<T, W>;
-  static std::atomic<bool> smem_ready[kMaxDevices];
-  const auto kernel = &fwd_decode_kernel<Tr>;
+  static std::atomic<bool> smem_ready[kMaxDevices], smem_ready_bulk[kMaxDevices];
+  const auto kernel = d.bulk ? &fwd_decode_kernel<Tr, true> : &fwd_decode_kernel<Tr, false>;
   if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
   if (d.f.batch > 65535)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences per call");
-  const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA paged decode", W, smem_ready);
+  int smem = Tr::kSmemBytes;
+  if (d.bulk) {
+    // Ring depth: the deepest that keeps the blocks the grid puts on an SM resident together
+    // (Hopper: 228 KiB of shared memory per SM, 1 KiB of it reserved per block), 2..8 stages.
+    constexpr int kSmemPerSm = 228 * 1024, kMaxBlock = 227 * 1024;
+    if (d.stages <= 0) {
+      const int per_block = std::min(kMaxBlock, kSmemPerSm / std::max(1, d.blocks_per_sm) - 1024);
+      int ns = 2;
+      while (ns < 8 && Tr::bulk_smem(ns + 1) <= per_block) ++ns;
+      d.stages = ns;
+    }
+    while (d.stages > 2 && Tr::bulk_smem(d.stages) > kMaxBlock) --d.stages;
+    smem = Tr::bulk_smem(d.stages);
+  }
+  const fa_status st = smem_optin(kernel, d.bulk ? 227 * 1024 : Tr::kSmemBytes, "CUDA paged decode", W,
+                                  d.bulk ? smem_ready_bulk : smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
-  kernel<<<dim3(d.f.heads_k, d.num_splits, d.f.batch), Tr::kThreads, Tr::kSmemBytes, stream>>>(d);
+  kernel<<<dim3(d.f.heads_k, d.num_splits, d.f.batch), Tr::kThreads, smem, stream>>>(d);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_fail(err, "decode launch");
   return FA_OK;
