@@ -149,11 +149,11 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
   if (has_decode) {
     DecodeArgs d{};
     d.f = a;
-    // Loader (H200, run 8 of NOTES-inference.md): one bulk copy per cache row (sm_90) for page sizes
-    // that are not multiples of 16, where the cp.async loader looks up every key's page on its
-    // critical path (page 1, B 16 x 16k: 3.43 against 3.03 TB/s); the cp.async loader for the rest
-    // (its one lookup per 16-key tile is cheap, and it reads faster from one block per SM: B 1 x 16k
-    // 1.91 against 1.44 TB/s). FA_DECODE_LOADER=bulk|cpasync fixes the choice (comparisons).
+    // Loader (H200, runs 7-8 of NOTES-inference.md): one bulk copy per cache row (sm_90) for page
+    // sizes that are not multiples of 16, where the cp.async loader looks up every key's page on its
+    // critical path (page 1, B 16 x 16k: 3.38 against 3.07 TB/s); the cp.async loader for the rest
+    // (its one lookup per 16-key tile is cheap, and it reads faster from one block per SM: page 16,
+    // B 1 x 16k 1.91 against 1.44 TB/s). FA_DECODE_LOADER=bulk|cpasync fixes the choice (comparisons).
     static const int loader_forced = [] {
       const char* e = getenv("FA_DECODE_LOADER");
       if (e == nullptr) return 0;
