@@ -45,6 +45,26 @@ inline bool sm90_kernels_usable() {
 #endif
 }
 
+// Launches `kernel` with programmatic dependent launch where the Hopper kernels run: its blocks
+// may be scheduled while the previous kernel on the stream finishes (the launch latency between
+// the decode kernel and its combine, and between back-to-back decode calls, overlaps). The kernel
+// must call pdl_wait() (ptx.cuh) before it reads or writes global memory.
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = sm90_kernels_usable() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 inline bool strides_ok(const fa_strides& s, int vec) {

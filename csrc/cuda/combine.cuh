@@ -13,6 +13,8 @@
 
 #include <type_traits>
 
+#include "cuda/ptx.cuh"
+
 namespace fa {
 namespace cuda {
 
@@ -83,6 +85,8 @@ __device__ __forceinline__ float4 load4(const void* p, bool f32) {
 // TO: the output element type; partials are TI or float32 (f32_mask).
 template <typename TI, typename TO>
 __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
+  pdl_wait();  // launched with launch_pdl: the partials' kernel first
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t rows = static_cast<int64_t>(c.batch) * c.seqlen * c.heads;
   const int64_t warp0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;

@@ -74,6 +74,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   constexpr int kS = Tr::kStages;
   constexpr int kCh = Tr::kChunksPerRow;
   const FwdArgs& a = d.f;
+  pdl_wait();  // launched with launch_pdl: the previous kernel's writes first
+  pdl_launch_dependents();
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

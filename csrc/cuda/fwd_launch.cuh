@@ -111,8 +111,7 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
                                   d.bulk ? smem_ready_bulk : smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
-  kernel<<<dim3(d.f.heads_k, d.num_splits, d.f.batch), Tr::kThreads, smem, stream>>>(d);
-  const cudaError_t err = cudaGetLastError();
+  const cudaError_t err = launch_pdl(kernel, dim3(d.f.heads_k, d.num_splits, d.f.batch), dim3(Tr::kThreads), smem, stream, d);
   if (err != cudaSuccess) return cuda_fail(err, "decode launch");
   return FA_OK;
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "common/errors.h"
+#include "cuda/api_checks.h"
 #include "cuda/combine.cuh"
 #include "cuda/inference_api.cuh"
 #include "fa_core.h"
@@ -118,8 +119,7 @@ fa_status launch_combine(const CombineArgs& c, cudaStream_t s) {
   const int64_t rows = static_cast<int64_t>(c.batch) * c.seqlen * c.heads;
   if (rows == 0) return FA_OK;
   (void)cudaGetLastError();
-  combine_kernel<TI, TO><<<blocks_for(rows), 256, 0, s>>>(c);
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e = launch_pdl(&combine_kernel<TI, TO>, dim3(blocks_for(rows)), dim3(256), 0, s, c);
   return e == cudaSuccess ? FA_OK : cuda_err(e, "combine launch");
 }
 template fa_status launch_combine<float, float>(const CombineArgs&, cudaStream_t);

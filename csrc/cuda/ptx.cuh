@@ -164,5 +164,20 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
 #endif
 }
 
+// Programmatic dependent launch (a kernel launched with launch_pdl, api_checks.h): wait until the
+// previous kernel on the stream has finished and its writes are visible (a no-op when the launch
+// did not ask for overlap), and let the next such kernel be scheduled once every block of this
+// one has started.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 }  // namespace cuda
 }  // namespace fa
