@@ -3,8 +3,9 @@
 //   lse = log(sum_i exp(lse_i)),  out = sum_i exp(lse_i - lse) * out_i
 // A partial whose lse is +inf or -inf saw no key and contributes nothing; a row no partial saw gets
 // out = 0 and lse = +inf (the library's convention for "no key").
-// One warp per (row, head); lane p reduces partial p's lse, then lanes take 4 columns at a time. Up to kMaxCombine partials per launch
-// (fa_merge_cuda chains launches for more, through an fp32 partial).
+// One warp per (row, head); lane p reduces partial p's lse, then lanes take 4 columns at a time.
+// Up to kMaxCombine partials per launch (fa_merge_cuda chains launches for more, through an fp32
+// partial).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +20,7 @@ namespace fa {
 namespace cuda {
 
 constexpr int kMaxCombine = 32;
+static_assert(kMaxCombine <= 32, "combine_kernel: one lane per partial");
 
 struct CombineArgs {
   // Partial i: out at o[i] (or o_base + i * o_stride when o_base is set), lse at lse[i] (or
