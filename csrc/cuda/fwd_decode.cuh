@@ -129,8 +129,11 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   // Page sizes that are multiples of 16: a 16-key tile (16-aligned) lies in one page, one lookup.
   const bool one_page = a.page_size % 16 == 0;
 
-  // This warp's ring: stage s holds K at wbase + s * 2 * tile, V right after.
-  const uint32_t wbase = smem_u32(smem) + warp * Tr::kWarpBytes;
+  // This warp's ring of ns stages: stage s holds K at wbase + s * 2 * tile, V right after. The
+  // cp.async loader's depth is kStages; the bulk loader's is the launch's (d.stages,
+  // DecodeTraits::bulk_smem): deeper where one block per SM must keep enough bytes in flight alone.
+  const int ns = kUseBulk ? d.stages : kS;
+  const uint32_t wbase = smem_u32(smem) + warp * ns * Tr::kStageBytes;
   const int valid_chunks = a.head_dim / 8;
   // Loader layout: lane -> (row, chunk): kCh chunks per row, 32 / kCh rows per pass (kCh <= 32).
   constexpr int kRowsPerPass = kCh >= 32 ? 1 : 32 / kCh;
@@ -196,11 +199,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   const int my_count = my_first < t_end ? (t_end - my_first + 3) / 4 : 0;
 
   // Bulk loader: stage s completes on bars + 8 s; its k-th fill is phase k (parity k & 1).
-  // Its ring depth is the launch's (d.stages, DecodeTraits::bulk_smem): deeper where one block per
-  // SM must keep enough bytes in flight alone.
-  const int ns = kUseBulk ? d.stages : kS;
   const uint32_t bars = smem_u32(smem) + Tr::bulk_bar_offset(ns) + warp * ns * 8;
-  const uint32_t bring = smem_u32(smem) + warp * ns * 2 * Tr::kTileBytes;  // this warp's bulk ring
   const uint32_t row_copy = static_cast<uint32_t>(a.head_dim) * 2;  // bytes of one K or V row
   const char* const my_base = lane < 16 ? pk.base : pv.base;
   const uint32_t my_row_bytes = static_cast<uint32_t>(lane < 16 ? pk.row_bytes : pv.row_bytes);
@@ -213,7 +212,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   auto bulk_tile = [&](int ri, int stage) {
     const uint32_t bar = bars + stage * 8;
     if (lane == 0) mbar_arrive_expect_tx(bar, 32 * row_copy);
-    const uint32_t dst = bring + stage * 2 * Tr::kTileBytes + (lane >> 4) * Tr::kTileBytes + (lane & 15) * kPB;
+    const uint32_t dst = wbase + stage * 2 * Tr::kTileBytes + (lane >> 4) * Tr::kTileBytes + (lane & 15) * kPB;
     bulk_g2s(dst, my_base + static_cast<uint64_t>(static_cast<uint32_t>(ri < 0 ? 0 : ri)) * my_row_bytes, row_copy, bar);
   };
   if constexpr (kUseBulk) {
@@ -225,7 +224,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       const int pad = (W - a.head_dim) / 8;  // 16-byte chunks per row
       for (int idx = lane; idx < ns * 2 * 16 * pad; idx += 32) {
         const int row = idx / pad, c = valid_chunks + idx % pad;  // row: stage, K/V, key
-        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(bring + row * kPB + c * 16), "r"(0u) : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(wbase + row * kPB + c * 16), "r"(0u) : "memory");
       }
     }
     __syncwarp();
@@ -263,8 +262,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       }
     }
     const int tile = my_first + 4 * j;
-    const uint32_t sk = (kUseBulk ? bring + (j % ns) * 2 * Tr::kTileBytes : wbase + (j % kS) * 2 * Tr::kTileBytes),
-                   sv = sk + Tr::kTileBytes;
+    const uint32_t sk = wbase + (j % ns) * Tr::kStageBytes, sv = sk + Tr::kTileBytes;
 
     float s[1][2][4];
 #pragma unroll

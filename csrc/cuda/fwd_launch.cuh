@@ -93,11 +93,11 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
   if (d.f.batch > 65535)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences per call");
+  // Bulk ring depth: the deepest that keeps the blocks the grid puts on an SM resident together
+  // (Hopper: 228 KiB of shared memory per SM, 1 KiB of it reserved per block), 2..8 stages.
+  constexpr int kSmemPerSm = 228 * 1024, kMaxBlock = 227 * 1024;
   int smem = Tr::kSmemBytes;
   if (d.bulk) {
-    // Ring depth: the deepest that keeps the blocks the grid puts on an SM resident together
-    // (Hopper: 228 KiB of shared memory per SM, 1 KiB of it reserved per block), 2..8 stages.
-    constexpr int kSmemPerSm = 228 * 1024, kMaxBlock = 227 * 1024;
     if (d.stages <= 0) {
       const int per_block = std::min(kMaxBlock, kSmemPerSm / std::max(1, d.blocks_per_sm) - 1024);
       int ns = 2;
@@ -107,7 +107,7 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
     while (d.stages > 2 && Tr::bulk_smem(d.stages) > kMaxBlock) --d.stages;
     smem = Tr::bulk_smem(d.stages);
   }
-  const fa_status st = smem_optin(kernel, d.bulk ? 227 * 1024 : Tr::kSmemBytes, "CUDA paged decode", W,
+  const fa_status st = smem_optin(kernel, d.bulk ? kMaxBlock : Tr::kSmemBytes, "CUDA paged decode", W,
                                   d.bulk ? smem_ready_bulk : smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
