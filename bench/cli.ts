@@ -24,6 +24,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { benchmarkBackward, benchmarkForward } from '../lib/attention';
+import { benchmarkPaged } from '../lib/inference';
 import {
   Tensor, appendKV, attentionFlops, buildInfo, devices, flashAttention, flashAttentionBackward, flashAttentionVarlen,
   pagedAttention, synchronize, type DType,
@@ -217,7 +218,7 @@ async function overhead(): Promise<string> {
 // ---- decode ------------------------------------------------------------------------------------
 
 interface DecodeCell { B: number; N: number; page: number }
-interface DecodeRow { cell: DecodeCell; impl: string; us: number; tbps: number }
+interface DecodeRow { cell: DecodeCell; impl: string; us: number; tbps: number; kernelUs?: number; hostUs?: number }
 
 /** A shuffled page table for B sequences of N tokens each, pages of `page` tokens. */
 function pageTable(B: number, N: number, page: number, seed: number): { table: Int32Array; pages: number; maxPages: number } {
@@ -256,8 +257,16 @@ async function decodeBench(apiMs: number, warmup: number, reps: number, compare:
     };
     const opts = { ...idx, maxSeqlenQ: 1, maxSeqlenK: N, causal: true };
     const bytes = 2 * B * N * Hkv * D * 2;
-    const ms = await apiTime(async () => { const r = await pagedAttention(q, kc, vc, opts); r.out.dispose(); r.lse.dispose(); }, apiMs, 0.02);
-    rows.push({ cell, impl: 'ours', us: ms * 1000, tbps: bytes / (ms / 1000) / 1e12 });
+    const call = async () => { const r = await pagedAttention(q, kc, vc, opts); r.out.dispose(); r.lse.dispose(); };
+    const ms = await apiTime(call, apiMs, 0.02);
+    // GPU time of one call alone (CUDA events around it), and the host's time to queue one.
+    const kernelMs = median(await benchmarkPaged(q, kc, vc, opts, 10, 50));
+    await synchronize();
+    const t0 = performance.now();
+    for (let i = 0; i < 100; i++) await call();
+    const hostMs = (performance.now() - t0) / 100;
+    await synchronize();
+    rows.push({ cell, impl: 'ours', us: ms * 1000, tbps: bytes / (ms / 1000) / 1e12, kernelUs: kernelMs * 1000, hostUs: hostMs * 1000 });
     // --decode-splits: the same cell at fixed split counts (tuning the automatic choice).
     if (page === 16) {
       for (const numSplits of sweep) {
@@ -497,11 +506,14 @@ async function main() {
   if (args.decode) {
     const sweep = list(args['decode-splits'], '').map(Number).filter((x) => x > 0);
     decodeRows = await decodeBench(apiMs, warmup, reps, args.compare === 'torch', sweep, list(args['decode-cells'], ''));
-    extra.push('', '| decode cell | impl | us | K/V TB/s | ours / torch cudnn |', '| --- | --- | --- | --- | --- |');
+    extra.push('', '| decode cell | impl | us | K/V TB/s | ours / torch cudnn | GPU us (one call, events) | host us to queue a call |',
+      '| --- | --- | --- | --- | --- | --- | --- |');
     for (const r of decodeRows) {
       const peer = decodeRows.find((x) => x.impl === 'torch cudnn' && x.cell.B === r.cell.B && x.cell.N === r.cell.N);
       const ratio = r.impl === 'ours' && peer ? `${(r.tbps / peer.tbps).toFixed(2)}x` : '';
-      extra.push(`| B${r.cell.B} N${r.cell.N}${r.cell.page ? ` page ${r.cell.page}` : ''} | ${r.impl} | ${r.us.toFixed(1)} | ${r.tbps.toFixed(2)} | ${ratio} |`);
+      const k = r.kernelUs !== undefined ? r.kernelUs.toFixed(1) : '';
+      const hq = r.hostUs !== undefined ? r.hostUs.toFixed(1) : '';
+      extra.push(`| B${r.cell.B} N${r.cell.N}${r.cell.page ? ` page ${r.cell.page}` : ''} | ${r.impl} | ${r.us.toFixed(1)} | ${r.tbps.toFixed(2)} | ${ratio} | ${k} | ${hq} |`);
     }
   }
   if (args.varlen) extra.push('', ...(await varlenBench(apiMs)));

@@ -13,7 +13,7 @@ import {
   slotOf, type Mask, type MaskOptions,
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
-import { F, OP, native, newParams, type Handle, type HostArray } from './native';
+import { F, OP, native, newParams, slotArray, type Handle, type HostArray } from './native';
 import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, OutLse, Grads, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
@@ -483,6 +483,40 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
  */
 export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, options: PagedOptions): Promise<AttentionResult> {
   const fn = 'pagedAttention';
+  const c = pagedCall(fn, q, kCache, vCache, options);
+  const { tq, H, totalQ, device, P } = c;
+  let { out, lse } = c;
+  if (P === null) {
+    return new OutLse(
+      out ?? await Tensor.empty(q.shape, { dtype: tq.dtype, device: q.device }),
+      lse ?? await Tensor.empty([H, totalQ], { dtype: 'float32', device: q.device }),
+    );
+  }
+  if (device < 0) {
+    out ??= Tensor.wrapHost(hostArray(tq.dtype, tq.size), q.shape, tq.dtype);
+    lse ??= Tensor.wrapHost(new Float32Array(H * totalQ), [H, totalQ], 'float32');
+  }
+  const h = await runCall(fn, OP.paged, P, device, {
+    ...c.slots, out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
+  });
+  return packedResult(device, h, tq, H, totalQ, tq.dtype, out, lse);
+}
+
+/**
+ * Benchmark hook (used by bench/): the CUDA pagedAttention call run `warmup` times, then `reps`
+ * times with CUDA events around each (all of its kernels); per-call milliseconds (GPU time).
+ */
+export async function benchmarkPaged(q: Tensor, kCache: Tensor, vCache: Tensor, options: PagedOptions,
+  warmup: number, reps: number): Promise<number[]> {
+  const fn = 'benchmarkPaged';
+  const c = pagedCall(fn, q, kCache, vCache, options);
+  if (c.device < 0) throw new TypeError(`${fn}: q must be a CUDA tensor, got device '${q.device}'`);
+  if (c.P === null) return [];
+  return Array.from(await native.bench(OP.paged, c.P, slotArray(c.P, c.slots), warmup, reps));
+}
+
+/** pagedAttention's checks and parameter record (P null: nothing to compute). */
+function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, options: PagedOptions) {
   if (options === undefined) throw typeError(fn, 'options', 'must be an object with pageTable, seqlensK and cuSeqlensQ', options);
   const opts = checkOptions(fn, options, PAGED_OPTIONS);
   const tq = checkTensorArg(fn, 'q', q);
@@ -526,14 +560,9 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
   const maxK = checkMaxSeqlen(fn, 'maxSeqlenK', opts.maxSeqlenK, hostMaxK);
   const lseShape = [H, totalQ];
   const inputs = [q, kCache, vCache];
-  let out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
-  let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
-  if (totalQ === 0 || B === 0) {
-    return new OutLse(
-      out ?? await Tensor.empty(q.shape, { dtype: tq.dtype, device: q.device }),
-      lse ?? await Tensor.empty(lseShape, { dtype: 'float32', device: q.device }),
-    );
-  }
+  const out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
+  const lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
+  if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: {} };
   const P = baseParams(device, B, H, c.Hkv, D, tq.dtype, mask);
   P[F.seqlen_q] = maxQ;
   P[F.seqlen_k] = maxK;
@@ -543,18 +572,13 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
   P[F.num_pages] = c.numPages;
   P[F.num_splits] = numSplits;
   if (rot) fillRotary(P, rot);
-  if (device < 0) {
-    out ??= Tensor.wrapHost(hostArray(tq.dtype, tq.size), q.shape, tq.dtype);
-    lse ??= Tensor.wrapHost(new Float32Array(H * totalQ), lseShape, 'float32');
-  }
-  const h = await runCall(fn, OP.paged, P, device, {
+  const slots = {
     q: slotOf(tq, fn, 'q'), k_cache: slotOf(c.tk, fn, 'kCache'), v_cache: slotOf(c.tv, fn, 'vCache'),
-    out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
     cu_seqlens_q: cq.slot, page_table: pt.idx.slot, seqlens_k: sk.slot,
     rotary_cos: rot ? slotOf(rot.cos, fn, 'options.rotary.cos') : null,
     rotary_sin: rot ? slotOf(rot.sin, fn, 'options.rotary.sin') : null,
-  });
-  return packedResult(device, h, tq, H, totalQ, tq.dtype, out, lse);
+  };
+  return { tq, H, totalQ, device, out, lse, P, slots };
 }
 
 /**

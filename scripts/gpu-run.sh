@@ -57,7 +57,7 @@ for s in $steps; do
       # ncu on the decode kernel and the combine at a latency-bound cell (B 1 x 16k) and a
       # bandwidth-bound one (B 16 x 64k), page 16 and page 1.
       if command -v ncu > /dev/null; then
-        for cell in 1x16384x16 16x65536x16 16x16384x1; do
+        for cell in ${DECODE_CELLS:-1x16384x16 16x65536x16 16x16384x1}; do
           timeout 150 ncu --kernel-name "regex:decode|combine" --launch-count 4 --section SpeedOfLight \
             --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
             node dist/bench/cli.js --grid off --decode --decode-cells $cell --api-ms 1 --out /tmp \
