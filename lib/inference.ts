@@ -13,7 +13,7 @@ import {
   slotOf, type Mask, type MaskOptions,
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
-import { F, OP, native, newParams, slotArray, type Handle, type HostArray } from './native';
+import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, OutLse, Grads, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
@@ -496,9 +496,10 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
     out ??= Tensor.wrapHost(hostArray(tq.dtype, tq.size), q.shape, tq.dtype);
     lse ??= Tensor.wrapHost(new Float32Array(H * totalQ), [H, totalQ], 'float32');
   }
-  const h = await runCall(fn, OP.paged, P, device, {
-    ...c.slots, out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
-  });
+  const slots = c.slots;
+  slots.out = slotOf(out, fn, 'options.out');
+  slots.lse = slotOf(lse, fn, 'options.lse');
+  const h = await runCall(fn, OP.paged, P, device, slots);
   return packedResult(device, h, tq, H, totalQ, tq.dtype, out, lse);
 }
 
@@ -562,7 +563,7 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   const inputs = [q, kCache, vCache];
   const out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
   const lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
-  if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: {} };
+  if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: {} as Partial<Record<SlotName, SlotValue>> };
   const P = baseParams(device, B, H, c.Hkv, D, tq.dtype, mask);
   P[F.seqlen_q] = maxQ;
   P[F.seqlen_k] = maxK;
@@ -572,8 +573,10 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   P[F.num_pages] = c.numPages;
   P[F.num_splits] = numSplits;
   if (rot) fillRotary(P, rot);
-  const slots = {
-    q: slotOf(tq, fn, 'q'), k_cache: slotOf(c.tk, fn, 'kCache'), v_cache: slotOf(c.tv, fn, 'vCache'),
+  // One literal shape for every call (out / lse filled in by pagedAttention): a spread of it into
+  // a new object cost pagedAttention ~5 us per call in V8.
+  const slots: Partial<Record<SlotName, SlotValue>> = {
+    q: slotOf(tq, fn, 'q'), k_cache: slotOf(c.tk, fn, 'kCache'), v_cache: slotOf(c.tv, fn, 'vCache'), out: null, lse: null,
     cu_seqlens_q: cq.slot, page_table: pt.idx.slot, seqlens_k: sk.slot,
     rotary_cos: rot ? slotOf(rot.cos, fn, 'options.rotary.cos') : null,
     rotary_sin: rot ? slotOf(rot.sin, fn, 'options.rotary.sin') : null,

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <math.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 #include <string>
 #include <type_traits>
 
@@ -138,6 +141,84 @@ int decode_splits(int units, int n_chunks, int slots) {
   return 1;
 }
 
+// The decode kernel's split counters (DecodeArgs::counters) for `n` (sequence, kv head) groups on
+// stream s: zeroed once, left at zero by every launch (the last block of a group resets its counter).
+// One buffer per stream, so kernels of different streams never share a counter; it grows (after
+// draining the stream that uses it) when a call has more groups than it holds.
+fa_status split_counters(cudaStream_t s, int64_t n, int** out) {
+  struct Buf {
+    int dev;
+    cudaStream_t stream;
+    int* p;
+    int64_t n;
+  };
+  static std::mutex mu;
+  static std::vector<Buf> bufs;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return cuda_err(e, "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  Buf* buf = nullptr;
+  for (auto& x : bufs)
+    if (x.dev == dev && x.stream == s) buf = &x;
+  if (buf != nullptr && buf->n >= n) {
+    *out = buf->p;
+    return FA_OK;
+  }
+  const int64_t want = std::max<int64_t>(n, 65536);
+  if (buf != nullptr) {  // in use by queued kernels until the stream drains
+    e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return cuda_err(e, "draining the stream before growing the split counters");
+    (void)cudaFree(buf->p);
+    buf->p = nullptr;
+    buf->n = 0;
+  }
+  int* p = nullptr;
+  e = cudaMalloc(reinterpret_cast<void**>(&p), size_t(want) * sizeof(int));
+  if (e != cudaSuccess) return cuda_err(e, "cudaMalloc of the split counters");
+  e = cudaMemsetAsync(p, 0, size_t(want) * sizeof(int), s);
+  if (e != cudaSuccess) {
+    (void)cudaFree(p);
+    return cuda_err(e, "cudaMemsetAsync of the split counters");
+  }
+  if (buf == nullptr) {
+    bufs.push_back({dev, s, p, want});
+  } else {
+    buf->p = p;
+    buf->n = want;
+  }
+  *out = p;
+  return FA_OK;
+}
+
+// The paged K and V caches as the decode kernel's tensor maps (DecodeArgs::tmap_k / tmap_v): rank 4,
+// {64 elements, cache rows, width / 64 column blocks, kv heads}, boxes of {64, 16 rows, width / 64,
+// 1} with the 128-byte swizzle. False when the driver has no tensor maps or refuses these.
+bool encode_cache_maps(const FwdArgs& a, int width, CUtensorMap* mk, CUtensorMap* mv) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    (void)cudaGetLastError();
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return false;
+  const uint64_t rows = uint64_t(a.num_pages) * uint64_t(a.page_size);
+  if (rows == 0 || rows > (uint64_t(1) << 32)) return false;
+  auto one = [&](const void* base, int64_t row, int64_t head, CUtensorMap* m) {
+    const cuuint64_t dims[4] = {64, rows, cuuint64_t(width / 64), cuuint64_t(a.heads_k)};
+    const cuuint64_t strides[3] = {cuuint64_t(row) * 2, 128, cuuint64_t(head) * 2};  // bytes, dims 1..3
+    const cuuint32_t box[4] = {64, 16, cuuint32_t(width / 64), 1};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  };
+  return one(a.k, a.k_row, a.k_head, mk) && one(a.v, a.v_row, a.v_head, mv);
+}
+
 template <typename T>
 fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s) {
   // Decode kernel (fp16 / bf16): sequences with nq * group <= kDecodeRows; the row-block kernel the
@@ -154,12 +235,21 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     // critical path (page 1, B 16 x 16k: 3.38 against 3.07 TB/s); the cp.async loader for the rest
     // (its one lookup per 16-key tile is cheap, and it reads faster from one block per SM: page 16,
     // B 1 x 16k 1.91 against 1.44 TB/s). FA_DECODE_LOADER=bulk|cpasync fixes the choice (comparisons).
+    // Tensor-map tiles (sm_90) where a 16-key tile is one box: page sizes that are multiples of 16
+    // and head dims equal to the tile width. FA_DECODE_LOADER=tma|bulk|cpasync fixes the choice
+    // where it can run (comparisons).
     static const int loader_forced = [] {
       const char* e = getenv("FA_DECODE_LOADER");
-      if (e == nullptr) return 0;
-      return std::string(e) == "bulk" ? 1 : std::string(e) == "cpasync" ? 2 : 0;
+      if (e == nullptr) return -1;
+      const std::string v(e);
+      return v == "bulk" ? kDecodeBulkRows : v == "cpasync" ? kDecodeCpAsync : v == "tma" ? kDecodeTmaTiles : -1;
     }();
-    d.bulk = sm90_kernels_usable() && (loader_forced == 1 || (loader_forced == 0 && a.page_size % 16 != 0));
+    const bool sm90 = sm90_kernels_usable();
+    const bool tma_fits = sm90 && a.page_size % 16 == 0 && a.head_dim == width;
+    int loader = !sm90 ? kDecodeCpAsync : a.page_size % 16 != 0 ? kDecodeBulkRows : tma_fits ? kDecodeTmaTiles : kDecodeCpAsync;
+    if (sm90 && loader_forced >= 0 && (loader_forced != kDecodeTmaTiles || tma_fits)) loader = loader_forced;
+    if (loader == kDecodeTmaTiles && !encode_cache_maps(a, width, &d.tmap_k, &d.tmap_v)) loader = kDecodeCpAsync;
+    d.loader = loader;
     const int n_chunks = (a.seqlen_k + kDecodeChunk - 1) / kDecodeChunk;
     // Waves counted in resident decode blocks (per_sm per SM) fill the GPU for batches (run 4,
     // counted in SMs: B 16 x 16k at 1 split, 3.34 TB/s, against 3.77 at 2 splits in run 2). Run 8
@@ -183,6 +273,11 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
       return e != nullptr ? atoi(e) : 0;
     }();
     d.stages = stages_forced >= 2 ? std::min(stages_forced, 8) : 0;
+    static const int rescale_always = [] {
+      const char* e = getenv("FA_DECODE_RESCALE");
+      return e != nullptr && std::string(e) == "always" ? 1 : 0;
+    }();
+    d.rescale_always = rescale_always;
     // Partials only for the queries a decode sequence can have: a call with long prefill chunks
     // and few kv heads (B 2 x 8k, splits 16) would otherwise size them for every query, GBs of
     // workspace, and run the combine over every row.
@@ -196,35 +291,16 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
       if (e != cudaSuccess) return cuda_err(e, "cudaMallocAsync of the split-KV workspace");
       d.partial_o = static_cast<float*>(ws);
       d.partial_lse = reinterpret_cast<float*>(static_cast<char*>(ws) + o_bytes);
+      const fa_status cs = split_counters(s, int64_t(a.batch) * a.heads_k, &d.counters);
+      if (cs != FA_OK) {
+        (void)cudaFreeAsync(ws, s);
+        return cs;
+      }
     }
     fa_status st = FA_ERR_UNSUPPORTED;
     const bool ran = try_decode<T, 64>(width, d, s, &st) || try_decode<T, 128>(width, d, s, &st) ||
                      try_decode<T, 256>(width, d, s, &st);
     if (!ran) st = fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: no kernel for tile width " + std::to_string(width));
-    if (st == FA_OK && splits > 1) {
-      CombineArgs c{};
-      c.o_base = d.partial_o;
-      c.lse_base = d.partial_lse;
-      c.o_stride = part_rows * a.heads * width;
-      c.lse_stride = int64_t(a.heads) * part_rows;
-      c.f32_mask = 0xffffffffu;
-      c.num = splits;
-      c.batch = 1;
-      c.seqlen = static_cast<int>(part_rows);
-      c.heads = a.heads;
-      c.head_dim = a.head_dim;
-      c.in_head = width;
-      c.out_head = static_cast<int>(a.o_head);
-      c.out = a.o;
-      c.lse_out = a.lse;
-      c.cu_seqlens_q = a.cu_seqlens_q;
-      c.num_seqs = a.batch;
-      c.group = a.group;
-      c.decode_rows = kDecodeRows;
-      c.rows_per_seq = d.rows_per_seq;
-      c.out_rows = a.lse_head;
-      st = launch_combine<T, T>(c, s);
-    }
     if (ws != nullptr) {
       const cudaError_t e = cudaFreeAsync(ws, s);
       if (e != cudaSuccess && st == FA_OK) st = cuda_err(e, "cudaFreeAsync of the split-KV workspace");

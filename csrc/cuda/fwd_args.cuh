@@ -1,6 +1,7 @@
 // The forward kernels' argument block (built by fwd_api.cu from fa_fwd_params) and the entry point
 // that each generated instantiation file defines.
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -64,7 +65,11 @@ constexpr int kDecodeChunk = 64;
 
 // The paged decode kernel (GQA rows of a kv head packed, split-KV), csrc/generated/fwd_decode_*.cu:
 // fp16 / bf16, W = 64, 128, 256. partial_o / partial_lse: split-KV workspace (num_splits > 1).
+constexpr int kDecodeCpAsync = 0, kDecodeBulkRows = 1, kDecodeTmaTiles = 2;
 struct DecodeArgs {
+  // kDecodeTmaTiles: the K and V caches as rank-4 tensor maps {64 elements, cache rows, W / 64
+  // column blocks, kv heads}, boxes {64, 16, W / 64, 1}, 128-byte swizzle (fwd_api.cu encodes them).
+  CUtensorMap tmap_k, tmap_v;
   FwdArgs f;
   int num_splits;
   // Split-KV partials of the decode sequences only: sequence b's query i (i < rows_per_seq) is
@@ -73,9 +78,13 @@ struct DecodeArgs {
   int rows_per_seq;
   float* partial_o;    // [num_splits, P, H, W] fp32 (normalised per split)
   float* partial_lse;  // [num_splits, H, P]
-  bool bulk;           // the sm_90 bulk-copy loader (fwd_decode.cuh)
-  int stages;          // its ring depth per warp (run_fwd_decode chooses; 0: automatic)
+  // One counter per (sequence, kv head), zero between calls (the last block of a group of splits
+  // resets it): the last block to finish combines the splits (fwd_decode.cuh, split_combine).
+  int* counters;
+  int loader;          // kDecodeCpAsync, kDecodeBulkRows or kDecodeTmaTiles (fwd_decode.cuh)
+  int stages;          // the sm_90 loaders' ring depth per warp (run_fwd_decode chooses; 0: automatic)
   int blocks_per_sm;   // what the caller's split count assumed (run_fwd_decode sizes the rings to it)
+  int rescale_always;  // FA_DECODE_RESCALE=always: rescale O every tile (comparisons; default: when a max moved)
 };
 template <typename T, int kHeadDim>
 fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);

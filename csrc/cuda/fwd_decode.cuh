@@ -40,30 +40,128 @@ struct DecodeTraits {
   static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
   static constexpr int kCombineBytes = kWarps * (kDecodeRows * kHeadDim + 2 * kDecodeRows) * 4;
   static constexpr int kSmemBytes = kWarps * kWarpBytes > kCombineBytes ? kWarps * kWarpBytes : kCombineBytes;
-  // The sm_90 bulk loader's rings hold `ns` stages per warp (chosen per launch), its mbarriers
-  // (one per warp stage) after both the rings and the merge area.
+  // The sm_90 loaders' rings hold `ns` stages per warp (chosen per launch), their mbarriers (one
+  // per warp stage) after both the rings and the merge area. The tensor-map loader's tiles are
+  // unpadded (16 rows of W elements, 128-byte swizzled) and its rings start at a 1024-byte boundary
+  // (the swizzle's period; `kTmaSlack` bytes of the allocation cover the alignment).
   static constexpr int kStageBytes = 2 * kTileBytes;  // K and V of one tile
-  __host__ __device__ static constexpr int bulk_bar_offset(int ns) {
-    return ((kWarps * ns * kStageBytes > kCombineBytes ? kWarps * ns * kStageBytes : kCombineBytes) + 7) / 8 * 8;
+  static constexpr int kTmaTileBytes = kTileKeys * kHeadDim * 2;
+  static constexpr int kTmaSlack = 1024;
+  __host__ __device__ static constexpr int stage_bytes(bool tma) { return tma ? 2 * kTmaTileBytes : kStageBytes; }
+  __host__ __device__ static constexpr int bulk_bar_offset(int ns, bool tma) {
+    return ((kWarps * ns * stage_bytes(tma) + (tma ? kTmaSlack : 0) > kCombineBytes
+                 ? kWarps * ns * stage_bytes(tma) + (tma ? kTmaSlack : 0)
+                 : kCombineBytes) + 7) / 8 * 8;
   }
-  __host__ __device__ static constexpr int bulk_smem(int ns) { return bulk_bar_offset(ns) + kWarps * ns * 8; }
+  __host__ __device__ static constexpr int bulk_smem(int ns, bool tma) { return bulk_bar_offset(ns, tma) + kWarps * ns * 8; }
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "tile widths");
   static_assert(32 % kChunksPerRow == 0 || kChunksPerRow % 32 == 0, "loader layout");
 };
 
-// kBulk (sm_90): each lane of a warp fetches one cache row of a tile (lanes 0-15 the K rows, 16-31
-// the V rows) with one cp.async.bulk completing on the stage's mbarrier, instead of 16-byte cp.async.
-// A row's page lookup is one lane's work, so page size 1 costs the same lookups as page size 16,
-// done in parallel: the loader for page sizes that are not multiples of 16 (fwd_api.cu measured
-// the choice; NOTES-inference.md runs 6-8).
-template <class Tr, bool kBulk>
-__global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeArgs d) {
+// Split-KV combine, run by the last block of a (sequence, kv head) to finish: each block's partial
+// rows are visible to the others once it has fenced them and counted itself in; the block that
+// counts num_splits resets the counter (zero for the next call on the stream) and merges the splits
+// by their lse (out = sum_i exp(lse_i - lse) * out_i, lse = log(sum_i exp(lse_i)); a split that saw
+// no key has lse +inf and weight 0). No second kernel: its launch, the wait for the whole grid and
+// the cold start of its reads are gone (a B 1 call spent ~1/4 of its GPU time there, run 12).
+template <class Tr>
+__device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo& seq, int hk, int b, int rows, int tid,
+                                              unsigned char* smem) {
+  using T = typename Tr::T;
+  constexpr int W = Tr::kHeadDim;
+  const FwdArgs& a = d.f;
+  // The "last block" flag lives past the weights (at most 16 x 32 floats) in the merge area, which
+  // the block has finished reading (a static __shared__ variable would push the sm_90 loaders'
+  // launches past the per-block limit that their dynamic allocation already takes).
+  static_assert(Tr::kCombineBytes >= 4096 + 4 && kDecodeRows * 32 * 4 <= 4096, "flag past the weights, in the merge area");
+  int& s_last = *reinterpret_cast<int*>(smem + 4096);
+  __threadfence();  // this thread's partial rows, before the block counts itself in
+  __syncthreads();
+  if (tid == 0) {
+    int* ctr = d.counters + static_cast<int64_t>(b) * a.heads_k + hk;
+    const bool last = atomicAdd(ctr, 1) == d.num_splits - 1;
+    if (last) atomicExch(ctr, 0);
+    s_last = last;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int ns = d.num_splits;
+  const int group = a.group;
+  const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;
+  float* const wt = reinterpret_cast<float*>(smem);  // [rows][ns] weights (the merge area is done)
+  for (int idx = tid; idx < rows * ns; idx += Tr::kThreads) {
+    const int r = idx / ns, sp = idx % ns;
+    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
+    const float l = __ldcg(d.partial_lse + (sp * a.heads + hk * group + r % group) * P + prow);
+    wt[idx] = l < INFINITY ? l : -INFINITY;  // +inf: saw no key
+  }
+  __syncthreads();
+  if (tid < rows) {
+    float* w = wt + tid * ns;
+    float m = -INFINITY;
+    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, w[sp]);
+    const int i = tid / group, h = hk * group + tid % group;
+    float lse = INFINITY;
+    if (m == -INFINITY) {
+      for (int sp = 0; sp < ns; ++sp) w[sp] = 0.f;
+    } else {
+      float sum = 0.f;
+      for (int sp = 0; sp < ns; ++sp) {
+        const float e = w[sp] > -INFINITY ? expf(w[sp] - m) : 0.f;
+        w[sp] = e;
+        sum += e;
+      }
+      const float inv = 1.f / sum;
+      for (int sp = 0; sp < ns; ++sp) w[sp] *= inv;
+      lse = m + logf(sum);
+    }
+    a.lse[h * a.lse_head + seq.q_row0 + i] = lse;
+  }
+  __syncthreads();
+  constexpr int kGroups = W / 4;
+  for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
+    const int r = idx / kGroups, c = (idx % kGroups) * 4;
+    if (c >= a.head_dim) continue;
+    const int i = r / group, h = hk * group + r % group;
+    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
+    const float* po = d.partial_o + (prow * a.heads + h) * W + c;
+    const float* w = wt + r * ns;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int sp = 0; sp < ns; ++sp) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * P * a.heads * W));
+      const float f = w[sp];
+      acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+    }
+    char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
+    uint2 v;
+    v.x = pack2<T>(acc.x, acc.y);
+    v.y = pack2<T>(acc.z, acc.w);
+    *reinterpret_cast<uint2*>(dst) = v;
+  }
+}
+
+// Loaders (kLoader):
+// - kDecodeCpAsync: 16-byte cp.async by every lane (any GPU, any page size).
+// - kDecodeBulkRows (sm_90): each lane of a warp fetches one cache row of a tile (lanes 0-15 the K
+//   rows, 16-31 the V rows) with one cp.async.bulk completing on the stage's mbarrier. A row's page
+//   lookup is one lane's work, so page size 1 costs the same lookups as page size 16, done in
+//   parallel: the loader for page sizes that are not multiples of 16 (NOTES-inference.md runs 6-8).
+// - kDecodeTmaTiles (sm_90, page size a multiple of 16, head dim = W): one lane issues two tensor-map
+//   copies per tile (K and V: 16 rows x W, into 128-byte swizzled shared memory); the warp's loads
+//   then cost two instructions per tile instead of 16 cp.async and their address arithmetic per lane
+//   (run 12: the kernel issued ~600 instructions per tile and warp, the loader the largest part).
+template <class Tr, int kLoader>
+__global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_constant__ DecodeArgs d) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kUseBulk = kBulk;
+  constexpr bool kUseBulk = kLoader != kDecodeCpAsync;
+  constexpr bool kTma = kLoader == kDecodeTmaTiles;
 #else
   constexpr bool kUseBulk = false;
-  if constexpr (kBulk) {  // never launched there: d.bulk asks for the sm_90a kernels
+  constexpr bool kTma = false;
+  if constexpr (kLoader != kDecodeCpAsync) {  // never launched there: the sm_90 loaders need sm_90a kernels
     __trap();
   } else
 #endif
@@ -99,7 +197,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   const int n_chunks = kmax > kmin ? (kmax + kDecodeChunk - 1) / kDecodeChunk - c_begin : 0;
   const int per = (n_chunks + d.num_splits - 1) / d.num_splits;
   const int t_begin = (c_begin + split * per) * (kDecodeChunk / 16);
-  const int t_end = min(c_begin + min((split + 1) * per, n_chunks), c_begin + n_chunks) * (kDecodeChunk / 16);
+  // Tiles past the last visible key hold nothing to read (their page-table entries may not exist).
+  const int t_end = min(min(c_begin + min((split + 1) * per, n_chunks), c_begin + n_chunks) * (kDecodeChunk / 16),
+                        (kmax + 15) / 16);
 
   // Q fragments of this warp's 16 packed rows (all warps hold the same rows): rows g and g + 8.
   const int r_lo = g, r_hi = g + 8;
@@ -133,7 +233,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   // cp.async loader's depth is kStages; the bulk loader's is the launch's (d.stages,
   // DecodeTraits::bulk_smem): deeper where one block per SM must keep enough bytes in flight alone.
   const int ns = kUseBulk ? d.stages : kS;
-  const uint32_t wbase = smem_u32(smem) + warp * ns * Tr::kStageBytes;
+  constexpr int kSB = Tr::stage_bytes(kTma);  // K then V of one tile
+  const uint32_t ring0 = kTma ? (smem_u32(smem) + Tr::kTmaSlack - 1) & ~uint32_t(Tr::kTmaSlack - 1) : smem_u32(smem);
+  const uint32_t wbase = ring0 + warp * ns * kSB;
   const int valid_chunks = a.head_dim / 8;
   // Loader layout: lane -> (row, chunk): kCh chunks per row, 32 / kCh rows per pass (kCh <= 32).
   constexpr int kRowsPerPass = kCh >= 32 ? 1 : 32 / kCh;
@@ -183,6 +285,15 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
 
   const uint32_t offA = ((lane & 7) + ((lane >> 3) & 1) * 8) * kPB + (lane >> 4) * 16;
   const uint32_t offB = ((lane & 7) + (lane >> 4) * 8) * kPB + ((lane >> 3) & 1) * 16;
+  // Tensor-map tiles: [W / 64 column blocks][16 keys][128 bytes], 16-byte chunk c of key n's line
+  // stored at chunk c ^ (n & 7). A lane's ldmatrix row address for 16-byte column chunk c16:
+  // block c16 / 8, line n, chunk (c16 % 8) ^ (n % 8): the lane constants below, then one XOR with
+  // the step's compile-time chunk (c16 = 2 * step + this lane's half).
+  const uint32_t tnA = ((lane & 7) + ((lane >> 3) & 1) * 8) * 128, tyA = (((lane >> 4) ^ lane) & 7) << 4;
+  const uint32_t tnB = ((lane & 7) + (lane >> 4) * 8) * 128, tyB = ((((lane >> 3) & 1) ^ lane) & 7) << 4;
+  auto tma_addr = [](uint32_t tile, uint32_t tn, uint32_t ty, int step) {
+    return tile + (step >> 2) * (16 * 128) + tn + (((step * 32) & 112) ^ ty);
+  };
   const float sl2 = a.scale_log2;
 
   float o[W / 8][4];
@@ -199,7 +310,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   const int my_count = my_first < t_end ? (t_end - my_first + 3) / 4 : 0;
 
   // Bulk loader: stage s completes on bars + 8 s; its k-th fill is phase k (parity k & 1).
-  const uint32_t bars = smem_u32(smem) + Tr::bulk_bar_offset(ns) + warp * ns * 8;
+  const uint32_t bars = smem_u32(smem) + Tr::bulk_bar_offset(ns, kTma) + warp * ns * 8;
   const uint32_t row_copy = static_cast<uint32_t>(a.head_dim) * 2;  // bytes of one K or V row
   const char* const my_base = lane < 16 ? pk.base : pv.base;
   const uint32_t my_row_bytes = static_cast<uint32_t>(lane < 16 ? pk.row_bytes : pv.row_bytes);
@@ -208,6 +319,21 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   auto bulk_row = [&](int tile) {
     const int t = min(tile * 16 + (lane & 15), seq.nk - 1);
     return pk.row_index(t, pk.page_of(t));
+  };
+  // Tensor-map loader: tile -> its first cache row (the page lookup; the tile lies in one page).
+  auto tma_row = [&](int tile) {
+    const int key0 = tile * 16;
+    return pk.row_index(key0, pk.page_of(key0));
+  };
+  auto tma_tile = [&](int ri, int stage) {
+    if (lane == 0) {
+      const uint32_t bar = bars + stage * 8;
+      const uint32_t dst = wbase + stage * kSB;
+      mbar_arrive_expect_tx(bar, 2 * Tr::kTmaTileBytes);
+      // A row index of -1 (page out of range) is outside the map: the copy fills zeros.
+      tma_load_4d(dst, &d.tmap_k, 0, ri, 0, hk, bar);
+      tma_load_4d(dst + Tr::kTmaTileBytes, &d.tmap_v, 0, ri, 0, hk, bar);
+    }
   };
   auto bulk_tile = [&](int ri, int stage) {
     const uint32_t bar = bars + stage * 8;
@@ -220,7 +346,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       for (int st = 0; st < ns; ++st) mbar_init(bars + st * 8, 1);
     mbar_fence_init();
     // Columns past the head dim are never copied: zeros there, once (K's meet Q's zero columns).
-    if (a.head_dim < W) {
+    // (The tensor-map loader runs only where head_dim == W.)
+    if (!kTma && a.head_dim < W) {
       const int pad = (W - a.head_dim) / 8;  // 16-byte chunks per row
       for (int idx = lane; idx < ns * 2 * 16 * pad; idx += 32) {
         const int row = idx / pad, c = valid_chunks + idx % pad;  // row: stage, K/V, key
@@ -231,7 +358,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
   }
   TileRows next;
   int ri_next = 0;
-  if constexpr (kUseBulk) {
+  if constexpr (kTma) {
+    for (int j = 0; j < ns - 1 && j < my_count; ++j) tma_tile(tma_row(my_first + 4 * j), j);
+    if (ns - 1 < my_count) ri_next = tma_row(my_first + 4 * (ns - 1));
+  } else if constexpr (kUseBulk) {
     for (int j = 0; j < ns - 1 && j < my_count; ++j) bulk_tile(bulk_row(my_first + 4 * j), j);
     if (ns - 1 < my_count) ri_next = bulk_row(my_first + 4 * (ns - 1));
   } else {
@@ -245,24 +375,46 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
     }
     if (kS - 1 < my_count) rows_of(my_first + 4 * (kS - 1), next);
   }
+  // Ring position of tile j: stage sc = j % ns, fill parity ph = (j / ns) & 1, and the stage the
+  // next load goes to, sf = (j + ns - 1) % ns, kept as counters (ns is a launch value on sm_90).
+  int sc = 0, sf = ns - 1;
+  uint32_t ph = 0;
   for (int j = 0; j < my_count; ++j) {
-    if constexpr (kUseBulk) mbar_wait(bars + (j % ns) * 8, (j / ns) & 1);
+    if constexpr (kUseBulk) mbar_wait(bars + sc * 8, ph);
     else cp_async_wait<kS - 2>();
     __syncwarp();
     {
-      if constexpr (kUseBulk) {
+      if constexpr (kTma) {
         const int jn = j + ns - 1;
-        if (jn < my_count) bulk_tile(ri_next, jn % ns);
+        if (jn < my_count) tma_tile(ri_next, sf);
+        if (jn + 1 < my_count) ri_next = tma_row(my_first + 4 * (jn + 1));  // used next iteration
+      } else if constexpr (kUseBulk) {
+        const int jn = j + ns - 1;
+        if (jn < my_count) bulk_tile(ri_next, sf);
         if (jn + 1 < my_count) ri_next = bulk_row(my_first + 4 * (jn + 1));  // used next iteration
       } else {
         const int jn = j + kS - 1;
-        if (jn < my_count) load_tile(next, jn % kS);
+        if (jn < my_count) load_tile(next, sf);
         cp_async_commit();
         if (jn + 1 < my_count) rows_of(my_first + 4 * (jn + 1), next);  // used next iteration
       }
     }
     const int tile = my_first + 4 * j;
-    const uint32_t sk = wbase + (j % ns) * Tr::kStageBytes, sv = sk + Tr::kTileBytes;
+    const uint32_t sk = wbase + sc * kSB, sv = sk + (kTma ? Tr::kTmaTileBytes : Tr::kTileBytes);
+    const int key0 = tile * 16;
+    if constexpr (kTma) {
+      // The sequence's last tile: cache rows past its end are whatever the pages hold (possibly
+      // NaN); their scores are masked, their V rows must be zero (0 * NaN is NaN).
+      if (key0 + 16 > seq.nk) {
+        const int valid = seq.nk - key0;
+        for (int idx = lane; idx < (W / 64) * 16 * 8; idx += 32) {
+          const int line = idx >> 3;  // block * 16 + key
+          if ((line & 15) >= valid)
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sv + idx * 16), "r"(0u) : "memory");
+        }
+        __syncwarp();
+      }
+    }
 
     float s[1][2][4];
 #pragma unroll
@@ -272,7 +424,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
 #pragma unroll
     for (int ks = 0; ks < W / 16; ++ks) {
       uint32_t kb[4];
-      ldmatrix_x4(kb, sk + offB + ks * 32);
+      ldmatrix_x4(kb, kTma ? tma_addr(sk, tnB, tyB, ks) : sk + offB + ks * 32);
       mma_16816<T>(s[0][0], qf[ks], kb[0], kb[1]);
       mma_16816<T>(s[0][1], qf[ks], kb[2], kb[3]);
     }
@@ -288,7 +440,6 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[0][nt][e] = -s[0][nt][e];
     }
-    const int key0 = tile * 16;
     if (win.needs_mask(key0, 16, 0, seq.nq - 1)) {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -301,10 +452,14 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
     }
     float alpha[1][2];
     online_softmax_step(s, row_max, row_sum, alpha, sl2);
+    // Rescale O only when some row's max moved (alpha is exactly 1 otherwise): after the first
+    // tiles it rarely does, and the rescale is W / 2 multiplies per lane and tile.
+    if (d.rescale_always || __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
 #pragma unroll
-    for (int dt = 0; dt < W / 8; ++dt)
+      for (int dt = 0; dt < W / 8; ++dt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[0][e >> 1];
+        for (int e = 0; e < 4; ++e) o[dt][e] *= alpha[0][e >> 1];
+    }
     uint32_t pa[4];
     pa[0] = pack2<T>(s[0][0][0], s[0][0][1]);
     pa[1] = pack2<T>(s[0][0][2], s[0][0][3]);
@@ -313,10 +468,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
 #pragma unroll
     for (int dp = 0; dp < W / 16; ++dp) {
       uint32_t vb[4];
-      ldmatrix_x4_trans(vb, sv + offA + dp * 32);
+      ldmatrix_x4_trans(vb, kTma ? tma_addr(sv, tnA, tyA, dp) : sv + offA + dp * 32);
       mma_16816<T>(o[2 * dp], pa, vb[0], vb[1]);
       mma_16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
     }
+    sf = sc;
+    if (++sc == ns) sc = 0, ph ^= 1u;
   }
   if constexpr (!kUseBulk) cp_async_wait<0>();  // (bulk: every filled stage was waited on)
   __syncthreads();  // every warp is done with its ring: the shared memory now holds the merge
@@ -384,6 +541,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const DecodeAr
       if (c == 0) d.partial_lse[(split * a.heads + h) * P + prow] = lse;
     }
   }
+  if (d.num_splits > 1) split_combine<Tr>(d, seq, hk, b, rows, tid, smem);
   }
 }
 

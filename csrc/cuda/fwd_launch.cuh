@@ -84,31 +84,35 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
 }
 
 // The paged decode kernel: grid (heads_k, num_splits, batch).
-// d.bulk: the sm_90 bulk-copy loader (the caller checks the device and the build).
+// d.loader: kDecodeCpAsync, or one of the sm_90 loaders (the caller checks the device, the build and,
+// for the tensor maps, the page size and head dim, and encodes the maps).
 template <typename T, int W>
 fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   using Tr = DecodeTraits<T, W>;
-  static std::atomic<bool> smem_ready[kMaxDevices], smem_ready_bulk[kMaxDevices];
-  const auto kernel = d.bulk ? &fwd_decode_kernel<Tr, true> : &fwd_decode_kernel<Tr, false>;
+  static std::atomic<bool> smem_ready[3][kMaxDevices];
+  const auto kernel = d.loader == kDecodeTmaTiles   ? &fwd_decode_kernel<Tr, kDecodeTmaTiles>
+                      : d.loader == kDecodeBulkRows ? &fwd_decode_kernel<Tr, kDecodeBulkRows>
+                                                    : &fwd_decode_kernel<Tr, kDecodeCpAsync>;
   if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
   if (d.f.batch > 65535)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences per call");
-  // Bulk ring depth: the deepest that keeps the blocks the grid puts on an SM resident together
+  // sm_90 ring depth: the deepest that keeps the blocks the grid puts on an SM resident together
   // (Hopper: 228 KiB of shared memory per SM, 1 KiB of it reserved per block), 2..8 stages.
   constexpr int kSmemPerSm = 228 * 1024, kMaxBlock = 227 * 1024;
   int smem = Tr::kSmemBytes;
-  if (d.bulk) {
+  const bool sm90 = d.loader != kDecodeCpAsync;
+  const bool tma = d.loader == kDecodeTmaTiles;
+  if (sm90) {
     if (d.stages <= 0) {
       const int per_block = std::min(kMaxBlock, kSmemPerSm / std::max(1, d.blocks_per_sm) - 1024);
       int ns = 2;
-      while (ns < 8 && Tr::bulk_smem(ns + 1) <= per_block) ++ns;
+      while (ns < 8 && Tr::bulk_smem(ns + 1, tma) <= per_block) ++ns;
       d.stages = ns;
     }
-    while (d.stages > 2 && Tr::bulk_smem(d.stages) > kMaxBlock) --d.stages;
-    smem = Tr::bulk_smem(d.stages);
+    while (d.stages > 2 && Tr::bulk_smem(d.stages, tma) > kMaxBlock) --d.stages;
+    smem = Tr::bulk_smem(d.stages, tma);
   }
-  const fa_status st = smem_optin(kernel, d.bulk ? kMaxBlock : Tr::kSmemBytes, "CUDA paged decode", W,
-                                  d.bulk ? smem_ready_bulk : smem_ready);
+  const fa_status st = smem_optin(kernel, sm90 ? kMaxBlock : Tr::kSmemBytes, "CUDA paged decode", W, smem_ready[d.loader]);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
   const cudaError_t err = launch_pdl(kernel, dim3(d.f.heads_k, d.num_splits, d.f.batch), dim3(Tr::kThreads), smem, stream, d);

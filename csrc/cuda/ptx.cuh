@@ -164,6 +164,17 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
 #endif
 }
 
+// Tensor-map (TMA) copy of one box of a rank-4 map into shared memory at `dst`, completing on
+// mbarrier `bar`; coordinates innermost first. Out-of-range boxes are filled with zeros.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int c0, int c1, int c2, int c3, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
+
 // Programmatic dependent launch (a kernel launched with launch_pdl, api_checks.h): wait until the
 // previous kernel on the stream has finished and its writes are visible (a no-op when the launch
 // did not ask for overlap), and let the next such kernel be scheduled once every block of this

@@ -44,6 +44,11 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 6, before: [1500], fresh: [300], nq: [300], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float32', causal: true },
   ];
   for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+  // Split-KV calls of different split counts queued together on the stream: the last block of each
+  // (sequence, kv head) combines and resets its counter for the next call.
+  it('split-KV calls queued together (split counters reset by each call)', () => Promise.all([3, 7, 32, 1, 12, 2].map((numSplits, i) =>
+    checkPagedCase({ seed: 20 + i, before: [2000, 1500 + 100 * i, 64 * i], fresh: [1, 1, 1], pageSize: 16 * (1 + (i % 2)), H: 16, Hkv: 4, D: 128,
+      dtype: i % 3 === 2 ? 'bfloat16' : 'float16', numSplits, causal: i % 2 === 0 }, 'cuda'))));
 });
 
 describeGpu('CUDA: mergeAttention', () => {
