@@ -121,25 +121,28 @@ int sm_count() {
   return v;
 }
 
-// Split-KV factor for the decode kernel: enough blocks to fill the GPU with whole waves (the
-// FlashAttention-2 rule: the smallest split count whose wave efficiency is within 85% of the
-// best), each split at least kMinChunks 64-key chunks (a block's fixed costs, Q fragments and the
-// merge of its warps, want a few tiles per warp to spread over).
-constexpr int kMinChunks = 4;
-int decode_splits(int units, int n_chunks, int slots) {
+// Split-KV factor for the decode kernel (H200, TMA loader, runs 12-13 of NOTES-inference.md): the
+// largest split count whose blocks are all resident at once (units * splits <= slots) and spread
+// evenly over the SMs (blocks / SMs within 95% of a whole number of blocks per SM, the best such
+// balance), each split at least kMinChunks 64-key chunks. At B 1 x 16k (8 kv heads) that is 32
+// splits (2 blocks on nearly every SM: 27.4 us) where 28 left 40 SMs with one block and 92 with
+// two (30.9 us) and 20 was worse still (34.1 us); at B 16, 2 splits (the sweeps: 1-8 within 1-5%).
+constexpr int kMinChunks = 2;
+int decode_splits(int units, int n_chunks, int slots, int sms) {
   if (n_chunks <= 1 || units >= slots) return 1;
-  const int max_splits = std::min({kMaxCombine, std::max(1, n_chunks / kMinChunks), (2 * slots + units - 1) / units});
+  const int max_splits = std::min({kMaxCombine, std::max(1, n_chunks / kMinChunks), std::max(1, slots / units)});
   double best = 0;
   double eff[kMaxCombine + 1] = {0};
   for (int s = 1; s <= max_splits; ++s) {
-    const double waves = double(units) * s / slots;
+    const double waves = double(units) * s / sms;
     eff[s] = waves / std::ceil(waves);
     best = std::max(best, eff[s]);
   }
-  for (int s = 1; s <= max_splits; ++s)
-    if (eff[s] >= 0.85 * best) return s;
+  for (int s = max_splits; s >= 1; --s)
+    if (eff[s] >= 0.95 * best) return s;
   return 1;
 }
+
 
 // The decode kernel's split counters (DecodeArgs::counters) for `n` (sequence, kv head) groups on
 // stream s: zeroed once, left at zero by every launch (the last block of a group resets its counter).
@@ -260,7 +263,7 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     const int units = a.batch * a.heads_k;
     int splits = p->num_splits;
     if (splits <= 0) {
-      splits = decode_splits(units, n_chunks, sm_count() * per_sm);
+      splits = decode_splits(units, n_chunks, sm_count() * per_sm, sm_count());
     }
     // One combine launch takes kMaxCombine partials: more splits than that never pay here anyway.
     splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
