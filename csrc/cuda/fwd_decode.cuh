@@ -6,11 +6,12 @@
 // hk * group + r % group) share one pass over the kv head's keys, so K/V are read once per group
 // instead of once per query head. Split-KV: the sequence's visible keys are cut into num_splits
 // ranges (whole 64-key chunks) so that a small batch still fills the GPU; each split writes its
-// normalised partial O and lse, and the combine kernel (combine.cuh) merges them by their lse.
+// normalised partial O and lse, and the last split of a (sequence, kv head) to finish merges them
+// by their lse (split_combine below).
 //
 // Inside a block the 4 warps take turns over 16-key tiles (warp w: tiles w, w + 4, ...) with no
-// block barrier in the loop: each warp streams its own tiles through a kStages-deep cp.async ring
-// in its own shared memory (K and V rows of a tile fetched through the page table), computes
+// block barrier in the loop: each warp streams its own tiles through a ring in its own shared
+// memory (K and V rows of a tile fetched through the page table by one of three loaders), computes
 // S = Q K^T for its 16 rows x 16 keys, the online softmax, and O += P V in registers, with Q's A
 // fragments held in registers throughout. At the end the four warps' (max, sum, O) are merged
 // through shared memory.
