@@ -60,7 +60,7 @@ bool try_sm90(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_stat
   constexpr bool kCompiled = width_built(W) && listed(kBwdWidthsSm90, W) && !std::is_same<T, float>::value;
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
-    if (width == W && !det && sm90_kernels_usable()) {
+    if (width == W && (!det || a->dq_sem != nullptr) && sm90_kernels_usable()) {
       if (run)
         *st = run_bwd_sm90<T, W>(*a, s);
       else
@@ -96,8 +96,23 @@ fa_status cuda_err(cudaError_t err, const char* what) {
 
 size_t round256(size_t x) { return (x + 255) & ~static_cast<size_t>(255); }
 
+// True when a deterministic backward of p runs on the Hopper kernel with ordered dQ sums (dq_sem):
+// fp16 / bf16 at a head-dim tile that kernel has, on a device where it runs.
+bool det_on_sm90(const fa_bwd_params* p) {
+#if defined(FA_HAVE_SM90A)
+  if (p->dtype != FA_FLOAT16 && p->dtype != FA_BFLOAT16) return false;
+  const int w = pick_bwd_width(p->dtype, p->head_dim);
+  const bool built = (w == 64 && width_built(64)) || (w == 128 && width_built(128)) || (w == 256 && width_built(256));
+  return built && sm90_kernels_usable();
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 struct WorkspaceLayout {
-  size_t lse2 = 0, dsum = 0, dq_acc = 0, total = 0;  // byte offsets / total
+  size_t lse2 = 0, dsum = 0, dq_acc = 0, dq_sem = 0, total = 0;  // byte offsets / total
+  bool has_acc = false, has_sem = false;
 };
 WorkspaceLayout workspace_layout(const fa_bwd_params* p) {
   WorkspaceLayout w;
@@ -112,9 +127,16 @@ WorkspaceLayout workspace_layout(const fa_bwd_params* p) {
   w.dsum = row_bytes;
   w.dq_acc = 2 * row_bytes;
   w.total = 2 * row_bytes;
-  if (!p->deterministic && p->head_dim > 0) {
+  const bool sem = p->deterministic && p->head_dim > 0 && det_on_sm90(p);
+  if ((!p->deterministic || sem) && p->head_dim > 0) {
     const int width = pick_bwd_width(p->dtype, p->head_dim);
     w.total += round256(rows_total * static_cast<size_t>(width > p->head_dim ? width : p->head_dim) * 4);
+    w.has_acc = true;
+  }
+  if (sem) {  // one counter per 64 workspace rows (+2: packed stretches start anywhere)
+    w.dq_sem = w.total;
+    w.total += round256((rows_total / 64 + 2) * 4);
+    w.has_sem = true;
   }
   return w;
 }
@@ -181,6 +203,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess_kernel(const BwdArgs a) {
       a.lse2[w] = E == 4 ? lse : lse * 1.4426950408889634f;
       if (real && a.softmax_d != nullptr) a.softmax_d[li] = d;
     }
+    if (a.dq_sem != nullptr && sub == 0 && (i & 63) == 0) a.dq_sem[w >> 6] = 0;  // its row block's counter
     if (a.dq_acc != nullptr) {  // this row's share of the head's nq_pad x width floats
       float4* z = reinterpret_cast<float4*>(a.dq_acc + w * a.dql.width);
       for (int c = sub; c < a.dql.width / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -261,6 +284,8 @@ fa_status run_all(int width, bool det, BwdArgs a, cudaStream_t s) {
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: no kernel for tile width " + std::to_string(width));
   fa_status st = FA_OK;
   const bool sm90 = sm90_bwd<T>(width, det, &a, false, s, &st);
+  if (!sm90 || !det) a.dq_sem = nullptr;  // ordered dQ sums: the Hopper kernel in deterministic mode only
+  if (det && !sm90) a.dq_acc = nullptr;   // the mma.sync deterministic path writes dQ itself
   if (a.seqlen_q > 0) {
     const int64_t rows = static_cast<int64_t>(a.batch) * a.heads * a.nq_pad;
     (void)cudaGetLastError();
@@ -273,7 +298,7 @@ fa_status run_all(int width, bool det, BwdArgs a, cudaStream_t s) {
   else
     st = dispatch<T>(width, det, a, s);
   if (st != FA_OK) return st;
-  if (!det && a.seqlen_q > 0) {
+  if (a.dq_acc != nullptr && a.seqlen_q > 0) {
     const int64_t items = static_cast<int64_t>(a.batch) * a.heads * a.seqlen_q * (a.head_dim / 8);
     if (a.dq_acc != nullptr) {
       bwd_convert_dq_kernel<T><<<grid_for(items, 256), 256, 0, s>>>(a);
@@ -391,7 +416,8 @@ extern "C" fa_status fa_bwd_cuda(const fa_bwd_params* p, void* stream) {
     char* w = static_cast<char*>(base);
     a.lse2 = reinterpret_cast<float*>(w + ws.lse2);
     a.dsum = reinterpret_cast<float*>(w + ws.dsum);
-    a.dq_acc = ws.total > ws.dq_acc ? reinterpret_cast<float*>(w + ws.dq_acc) : nullptr;
+    a.dq_acc = ws.has_acc ? reinterpret_cast<float*>(w + ws.dq_acc) : nullptr;
+    a.dq_sem = ws.has_sem ? reinterpret_cast<int*>(w + ws.dq_sem) : nullptr;
   }
 
   fa_status st;

@@ -51,7 +51,13 @@ struct BwdArgs {
   const float* lse;   // caller's [B, H, Nq], natural log, +inf for rows that see no key
   float* lse2;        // workspace [B, H, nq_pad]: lse * log2(e) (fp32: lse); pad rows +inf
   float* dsum;        // workspace [B, H, nq_pad]: D = rowsum(dO * O); pad rows 0
-  float* dq_acc;      // workspace fp32, [B, H] x nq_pad x dql.width placed by dql (atomic mode only, else null)
+  float* dq_acc;      // workspace fp32, [B, H] x nq_pad x dql.width placed by dql (atomic dQ, else null)
+  // Deterministic backward on the Hopper kernel: one counter per 64-row block of workspace rows
+  // (index: the block's first workspace row / 64), zeroed by the preprocess kernel. A key block
+  // adds its dQ share into a row block's dq_acc when the counter equals its rank among the key
+  // blocks that reach those rows, then counts itself in: the sums run in key-block order. Null:
+  // plain float atomics.
+  int* dq_sem;
   DqLayout dql;
   float* softmax_d;   // optional copy of D, [B, H, Nq]
   // Element strides.

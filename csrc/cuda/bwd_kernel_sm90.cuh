@@ -259,6 +259,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::wgmma_commit();
     }
 
+    // Deterministic mode: this key block's turn at the row block's dQ (its rank among the key blocks
+    // whose rows reach it: they form a contiguous range [j_lo, n_block], found by bisection on the
+    // nondecreasing last row block of a key block). Thread 0 waits for the counter, the block
+    // follows; blocks start in index order, so every key block waited for has started already.
+    int* sem = nullptr;
+    int rank = 0;
+    if (a.dq_sem != nullptr) {
+      static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
+      sem = a.dq_sem + ((ws_b + hq * a.ws_head + row0) >> 6);
+      // The last row that sees key k: k - (Nk - Nq) + left (KeyWindow::rows_of_keys); with no left
+      // bound every key block reaches the last row block, so j_lo = 0.
+      int lo = 0, hi = a.window_left >= 0 ? n_block : 0;  // this block reaches row block m
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        const int rmx = min(mid * BN + BN, Nk) - 1 - (Nk - Nq) + a.window_left + 1;
+        if ((max(0, min(Nq, rmx)) + BM - 1) / BM > m) hi = mid;
+        else lo = mid + 1;
+      }
+      rank = n_block - lo;
+      if (tid == 0)
+        while (ld_acquire_gpu(sem) != rank) __nanosleep(64);
+      __syncthreads();
+    }
+    sm90::wgmma_fence();  // the dQ products follow a branch: fenced here (else ptxas injects an arrive)
+
     // dQ += dS K for this warpgroup's dQ columns, kDqChunk (64, or 32 at W 64) at a time.
     float* const head_acc = a.dq_acc + (ws_b + hq * a.ws_head + row0) * W;
 #pragma unroll
@@ -287,6 +312,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     if constexpr (kKeySplit) {
       sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
       sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+    }
+    if (sem != nullptr) {  // every thread's adds, then the next key block's turn
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) st_release_gpu(sem, rank + 1);
     }
     hq = next_h, m = next_m;
   }

@@ -175,6 +175,16 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int 
 #endif
 }
 
+// GPU-scope acquire load / release store of a 32-bit flag in global memory.
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // Programmatic dependent launch (a kernel launched with launch_pdl, api_checks.h): wait until the
 // previous kernel on the stream has finished and its writes are visible (a no-op when the launch
 // did not ask for overlap), and let the next such kernel be scheduled once every block of this
