@@ -58,8 +58,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
-  const int n_block = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.num_n_blocks));
-  const int bh = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_n_blocks));
+  // Block order: key blocks of a head next to each other (they read the same Q / dO rows at about
+  // the same time), except in deterministic mode at W 64, where the key blocks of a head are
+  // gridDim / num_n_blocks blocks apart (key block j of every head, then j + 1): a key block then
+  // starts after the one whose turn it follows is well ahead, instead of with it at the same row
+  // block (waiting one turn per key block before it); the short W 64 rows keep the lost L2 reuse
+  // cheap (NOTES-bwd.md, deterministic backward, run 12).
+  const bool key_major = W == 64 && a.dq_sem != nullptr;
+  const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
+  const unsigned n_bh = gridDim.x / n_nb;
+  const int n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
+  const int bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);
@@ -266,7 +275,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     // Deterministic mode: this key block's turn at the row block's dQ (its rank among the key blocks
     // whose rows reach it: they form a contiguous range [j_lo, n_block], found by bisection on the
     // nondecreasing last row block of a key block). Thread 0 waits for the counter, the block
-    // follows; blocks start in index order, so every key block waited for has started already.
+    // follows; blocks start in index order and a lower key block of the same head has a lower
+    // index in either block order, so every key block waited for has started already.
     int* sem = nullptr;
     int rank = 0;
     if (a.dq_sem != nullptr) {
@@ -318,7 +328,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
     }
     if (sem != nullptr) {  // every thread's adds, then the next key block's turn
-      __threadfence();
+      // One release by thread 0 after the barrier covers the whole block's adds (the barrier orders
+      // them before it and the release is cumulative; CUTLASS's generic barrier does the same).
+      // A __threadfence by every thread before it cost ~1 us per step, waited for by the block.
       __syncthreads();
       if (tid == 0) st_release_gpu(sem, rank + 1);
     }

@@ -173,8 +173,6 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   constexpr int kS = Tr::kStages;
   constexpr int kCh = Tr::kChunksPerRow;
   const FwdArgs& a = d.f;
-  pdl_wait();  // launched with launch_pdl: the previous kernel's writes first
-  pdl_launch_dependents();
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -184,11 +182,20 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   // neighbouring blocks at about the same time instead of once per head at different times.
   const int hk = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
 
+  // Launched with launch_pdl, the block may start while the kernel before it on the stream still
+  // runs. Until pdl_wait() it reads only the sequence lengths and the page table: int32 arrays
+  // that no PDL-launched kernel of this library writes (the decode kernel and the combine write
+  // attention outputs), and a kernel that is not PDL-launched has finished before this one starts.
+  // Every block passes pdl_wait() before the next kernel may start (pdl_launch_dependents after it,
+  // the early exits wait too), so the kernel before the previous one has always finished. The
+  // queries and the cache (written by appendKV or the caller's kernels) are read after the wait.
   const SeqInfo seq = fwd_seq(a, b);
   const int group = a.group;
-  if (seq.nq <= 0 || seq.nq * group > a.decode_rows) return;
   // More queries than the caller's maxSeqlenQ: no partial rows for them (never write past them).
-  if (d.num_splits > 1 && seq.nq > d.rows_per_seq) return;
+  if (seq.nq <= 0 || seq.nq * group > a.decode_rows || (d.num_splits > 1 && seq.nq > d.rows_per_seq)) {
+    pdl_wait();
+    return;
+  }
   const int rows = seq.nq * group;  // packed rows in use
   const KeyWindow win(seq, a.window_left, a.window_right);
   int kmin, kmax;
@@ -207,18 +214,6 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   const int i_lo = r_lo / group, i_hi = r_hi / group;  // tokens
   const bool v_lo = r_lo < rows, v_hi = r_hi < rows;
   const int h_lo = hk * group + r_lo % group, h_hi = hk * group + r_hi % group;
-  const char* q_lo = static_cast<const char*>(a.q) + 2 * ((seq.q_row0 + i_lo) * a.q_row + h_lo * a.q_head);
-  const char* q_hi = static_cast<const char*>(a.q) + 2 * ((seq.q_row0 + i_hi) * a.q_row + h_hi * a.q_head);
-  uint32_t qf[W / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < W / 16; ++ks) {
-    const int c0 = ks * 16 + 2 * t, c1 = c0 + 8;
-    qf[ks][0] = v_lo && c0 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_lo + 2 * c0) : 0u;
-    qf[ks][1] = v_hi && c0 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_hi + 2 * c0) : 0u;
-    qf[ks][2] = v_lo && c1 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_lo + 2 * c1) : 0u;
-    qf[ks][3] = v_hi && c1 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_hi + 2 * c1) : 0u;
-  }
-
   PagedRows pk, pv;
   pk.base = static_cast<const char*>(a.k) + 2 * (hk * a.k_head);
   pv.base = static_cast<const char*>(a.v) + 2 * (hk * a.v_head);
@@ -359,13 +354,34 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   }
   TileRows next;
   int ri_next = 0;
-  if constexpr (kTma) {
-    for (int j = 0; j < ns - 1 && j < my_count; ++j) tma_tile(tma_row(my_first + 4 * j), j);
-    if (ns - 1 < my_count) ri_next = tma_row(my_first + 4 * (ns - 1));
-  } else if constexpr (kUseBulk) {
-    for (int j = 0; j < ns - 1 && j < my_count; ++j) bulk_tile(bulk_row(my_first + 4 * j), j);
-    if (ns - 1 < my_count) ri_next = bulk_row(my_first + 4 * (ns - 1));
+  if constexpr (kUseBulk) {
+    // The page lookups of the first ns tiles happen before the wait (registers: ns <= 8), the
+    // copies after it: the chain lengths -> page table -> first tiles no longer starts only when
+    // the kernel before has finished.
+    int ri0[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      ri0[j] = j < ns && j < my_count ? (kTma ? tma_row(my_first + 4 * j) : bulk_row(my_first + 4 * j)) : 0;
+    if constexpr (kTma) {
+      if (lane == 0) {
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&d.tmap_k)) : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&d.tmap_v)) : "memory");
+      }
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+#pragma unroll
+    for (int j = 0; j < 7; ++j)
+      if (j < ns - 1 && j < my_count) {
+        if constexpr (kTma) tma_tile(ri0[j], j);
+        else bulk_tile(ri0[j], j);
+      }
+#pragma unroll
+    for (int j = 1; j < 8; ++j)
+      if (j == ns - 1) ri_next = ri0[j];
   } else {
+    pdl_wait();
+    pdl_launch_dependents();
 #pragma unroll
     for (int j = 0; j < kS - 1; ++j) {
       if (j < my_count) {
@@ -376,6 +392,20 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     }
     if (kS - 1 < my_count) rows_of(my_first + 4 * (kS - 1), next);
   }
+  // Q fragments, read after the wait (the previous kernel may have written them) while the first
+  // tiles load.
+  const char* q_lo = static_cast<const char*>(a.q) + 2 * ((seq.q_row0 + i_lo) * a.q_row + h_lo * a.q_head);
+  const char* q_hi = static_cast<const char*>(a.q) + 2 * ((seq.q_row0 + i_hi) * a.q_row + h_hi * a.q_head);
+  uint32_t qf[W / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < W / 16; ++ks) {
+    const int c0 = ks * 16 + 2 * t, c1 = c0 + 8;
+    qf[ks][0] = v_lo && c0 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_lo + 2 * c0) : 0u;
+    qf[ks][1] = v_hi && c0 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_hi + 2 * c0) : 0u;
+    qf[ks][2] = v_lo && c1 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_lo + 2 * c1) : 0u;
+    qf[ks][3] = v_hi && c1 < a.head_dim ? *reinterpret_cast<const uint32_t*>(q_hi + 2 * c1) : 0u;
+  }
+
   // Ring position of tile j: stage sc = j % ns, fill parity ph = (j / ns) & 1, and the stage the
   // next load goes to, sf = (j + ns - 1) % ns, kept as counters (ns is a launch value on sm_90).
   int sc = 0, sf = ns - 1;
