@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // gridDim / num_n_blocks blocks apart (key block j of every head, then j + 1): a key block then
   // starts after the one whose turn it follows is well ahead, instead of with it at the same row
   // block (waiting one turn per key block before it); the short W 64 rows keep the lost L2 reuse
-  // cheap (NOTES-bwd.md, deterministic backward, run 12).
+  // cheap (NOTES-bwd.md, deterministic backward, runs 10-13).
   const bool key_major = W == 64 && a.dq_sem != nullptr;
   const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
   const unsigned n_bh = gridDim.x / n_nb;
