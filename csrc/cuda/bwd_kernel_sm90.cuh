@@ -147,6 +147,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const float sl2 = a.p_scale_log2;
   const int mask_base = Nk - key0;  // keys (relative to key0) below this exist
 
+  // Deterministic mode: key block n_block's turn at row block mm is its rank among the key blocks
+  // whose rows reach mm: they form a contiguous range [j_lo, n_block], found by bisection on the
+  // nondecreasing last row block of a key block. The last row that sees key k is k - (Nk - Nq) +
+  // left (KeyWindow::rows_of_keys); with no left bound every key block reaches the last row block,
+  // so j_lo = 0.
+  auto rank_of = [&](int mm) {
+    int lo = 0, hi = a.window_left >= 0 ? n_block : 0;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      const int rmx = min(mid * BN + BN, Nk) - 1 - (Nk - Nq) + a.window_left + 1;
+      if ((max(0, min(Nq, rmx)) + BM - 1) / BM > mm) hi = mid;
+      else lo = mid + 1;
+    }
+    return n_block - lo;
+  };
+  // In key-block-major order a key block's turns are normally free when it gets to them, and what
+  // a turn costs is its two round trips (the acquire, the release's acknowledgement): there the
+  // block takes the turns of two consecutive row blocks at once and hands both back after the
+  // second (run 14: D64 1.35-1.42x -> 1.30-1.33x; in row-major order, where the key blocks of a
+  // head queue for the same row block, holding a turn longer costs more: D256 causal 1.45x -> 2.2x).
+  bool have_turn = false;  // this iteration's turn was taken with the previous one's
+  int* pend_sem = nullptr;  // thread 0: the previous row block's counter, handed back with this one's
+  int pend_rank = 0;
   for (int it = 0; it < total; ++it) {
     const int st = it & 1;
     const int row0 = m * BM;
@@ -155,6 +178,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     cp_async_wait<0>();
     sm90::fence_proxy_async_smem();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1 (dS^T, P^T, stage st^1)
+    int* sem = nullptr;
+    int rank = 0;
+    if (a.dq_sem != nullptr) {
+      static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
+      sem = a.dq_sem + ((ws_b + hq * a.ws_head + row0) >> 6);
+      if (tid == 0) rank = rank_of(m);
+    }
     if (it + 1 < total) load_rows(next_h, next_m, st ^ 1);
     cp_async_commit();
 
@@ -272,28 +302,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::wgmma_commit();
     }
 
-    // Deterministic mode: this key block's turn at the row block's dQ (its rank among the key blocks
-    // whose rows reach it: they form a contiguous range [j_lo, n_block], found by bisection on the
-    // nondecreasing last row block of a key block). Thread 0 waits for the counter, the block
-    // follows; blocks start in index order and a lower key block of the same head has a lower
-    // index in either block order, so every key block waited for has started already.
-    int* sem = nullptr;
-    int rank = 0;
-    if (a.dq_sem != nullptr) {
-      static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
-      sem = a.dq_sem + ((ws_b + hq * a.ws_head + row0) >> 6);
-      // The last row that sees key k: k - (Nk - Nq) + left (KeyWindow::rows_of_keys); with no left
-      // bound every key block reaches the last row block, so j_lo = 0.
-      int lo = 0, hi = a.window_left >= 0 ? n_block : 0;  // this block reaches row block m
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        const int rmx = min(mid * BN + BN, Nk) - 1 - (Nk - Nq) + a.window_left + 1;
-        if ((max(0, min(Nq, rmx)) + BM - 1) / BM > m) hi = mid;
-        else lo = mid + 1;
-      }
-      rank = n_block - lo;
-      if (tid == 0)
+    // Deterministic mode: thread 0 waits for this row block's turn (rank_of; paired, also the next
+    // one's), the block follows. Blocks start in index order and a lower key block of the same head
+    // has a lower index in either block order, so every key block waited for has started already;
+    // ranks follow key order at every row block, so a block holding a turn never waits for one
+    // held by a higher key block (no cycle).
+    bool paired = false;
+    if (sem != nullptr && !have_turn) {
+      paired = key_major && it + 1 < total && next_h == hq;
+      if (tid == 0) {
         while (ld_acquire_gpu(sem) != rank) __nanosleep(64);
+        if (paired) {
+          int* const s2 = a.dq_sem + ((ws_b + hq * a.ws_head + next_m * BM) >> 6);
+          const int r2 = rank_of(next_m);
+          while (ld_acquire_gpu(s2) != r2) __nanosleep(64);
+        }
+      }
       __syncthreads();
     }
     sm90::wgmma_fence();  // the dQ products follow a branch: fenced here (else ptxas injects an arrive)
@@ -331,8 +355,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       // One release by thread 0 after the barrier covers the whole block's adds (the barrier orders
       // them before it and the release is cumulative; CUTLASS's generic barrier does the same).
       // A __threadfence by every thread before it cost ~1 us per step, waited for by the block.
-      __syncthreads();
-      if (tid == 0) st_release_gpu(sem, rank + 1);
+      if (paired) {
+        if (tid == 0) pend_sem = sem, pend_rank = rank;
+        have_turn = true;
+      } else {
+        __syncthreads();
+        if (tid == 0) {
+          st_release_gpu(sem, rank + 1);
+          if (have_turn) st_release_gpu(pend_sem, pend_rank + 1);
+        }
+        have_turn = false;
+      }
     }
     hq = next_h, m = next_m;
   }

@@ -1,5 +1,5 @@
 // Combine of attention partials over disjoint key sets by their lse (one small kernel): the
-// split-KV step of the decode path and mergeAttention.
+// kernel of mergeAttention (the decode kernel merges its split-KV partials itself: split_combine).
 //   lse = log(sum_i exp(lse_i)),  out = sum_i exp(lse_i - lse) * out_i
 // A partial whose lse is +inf or -inf saw no key and contributes nothing; a row no partial saw gets
 // out = 0 and lse = +inf (the library's convention for "no key").
@@ -23,13 +23,10 @@ constexpr int kMaxCombine = 32;
 static_assert(kMaxCombine <= 32, "combine_kernel: one lane per partial");
 
 struct CombineArgs {
-  // Partial i: out at o[i] (or o_base + i * o_stride when o_base is set), lse at lse[i] (or
-  // lse_base + i * lse_stride). Bit i of f32_mask: partial i is float32 (else the kernel's TI).
+  // Partial i: out at o[i], lse at lse[i]. Bit i of f32_mask: partial i is float32 (else the
+  // kernel's TI).
   const void* o[kMaxCombine];
   const float* lse[kMaxCombine];
-  const void* o_base;
-  const float* lse_base;
-  int64_t o_stride, lse_stride;  // elements
   uint32_t f32_mask;
   int num;
   // Rows: [batch, seqlen, heads]; out_i row (b, i, h) at ((b * seqlen + i) * heads + h) * in_head,
@@ -37,13 +34,6 @@ struct CombineArgs {
   int batch, seqlen, heads, head_dim, in_head, out_head;
   void* out;
   float* lse_out;
-  // Split-KV partials of the paged decode kernel (cu_seqlens_q set; batch 1): input row
-  // bi = s * rows_per_seq + i is query i of sequence s, written to output row cu_seqlens_q[s] + i
-  // (lse at h * out_rows + that row); skipped where i >= nq or nq * group > decode_rows (the
-  // row-block kernel wrote those). cu_seqlens_q null: input and output rows are the same.
-  const int32_t* cu_seqlens_q;
-  int num_seqs, group, decode_rows, rows_per_seq;
-  int64_t out_rows;
 };
 
 template <typename TO>
@@ -87,7 +77,7 @@ __device__ __forceinline__ float4 load4(const void* p, bool f32) {
 // TO: the output element type; partials are TI or float32 (f32_mask).
 template <typename TI, typename TO>
 __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
-  pdl_wait();  // launched with launch_pdl: the partials' kernel first
+  pdl_wait();  // launched with launch_pdl: the kernels that wrote the partials first
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t rows = static_cast<int64_t>(c.batch) * c.seqlen * c.heads;
@@ -98,29 +88,20 @@ __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
     const int64_t bi = row / c.heads;  // b * seqlen + i
     const int i = static_cast<int>(bi % c.seqlen);
     const int b = static_cast<int>(bi / c.seqlen);
-    int64_t orow = bi;  // output row b * seqlen + i
     const int64_t lse_off = (static_cast<int64_t>(b) * c.heads + h) * c.seqlen + i;
-    int64_t lse_dst_off = lse_off;
-    if (c.cu_seqlens_q != nullptr) {
-      const int s = static_cast<int>(bi / c.rows_per_seq), qi = static_cast<int>(bi % c.rows_per_seq);
-      const int q0 = __ldg(c.cu_seqlens_q + s), nq = __ldg(c.cu_seqlens_q + s + 1) - q0;
-      if (qi >= nq || nq * c.group > c.decode_rows) continue;
-      orow = static_cast<int64_t>(q0) + qi;
-      lse_dst_off = h * c.out_rows + orow;
-    }
     // Lane p holds partial p's lse and weight (c.num <= 32): the max and the sum are warp
     // reductions, not loops of dependent loads (a loop over 14 partials cost ~15 us at B 1 on the
     // H200, more than the decode kernel's reads).
     float l = -INFINITY;
     if (lane < c.num) {
-      l = c.lse_base ? c.lse_base[lane * c.lse_stride + lse_off] : c.lse[lane][lse_off];
+      l = c.lse[lane][lse_off];
       if (!(l < INFINITY)) l = -INFINITY;  // +inf: no keys (the library's convention)
     }
     float m = l;
 #pragma unroll
     for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
-    float* const lse_dst = c.lse_out + lse_dst_off;
-    char* const o_dst = static_cast<char*>(c.out) + (orow * c.heads + h) * c.out_head * sizeof(TO);
+    float* const lse_dst = c.lse_out + lse_off;
+    char* const o_dst = static_cast<char*>(c.out) + (bi * c.heads + h) * c.out_head * sizeof(TO);
     if (m == -INFINITY) {  // no partial saw a key
       for (int col = lane * 4; col < c.head_dim; col += 128)
         store4<TO>(reinterpret_cast<TO*>(o_dst) + col, make_float4(0.f, 0.f, 0.f, 0.f));
@@ -139,30 +120,16 @@ __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
       const bool on = col < c.head_dim;
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       // Weights broadcast from their lanes; a partial of weight 0 is read but not added (its
-      // output may be anything), so the loads of several partials are in flight together. The
-      // split-KV partials (fp32, one buffer) take a loop of plain float4 loads: with the per-partial
-      // dtype test between them the loads were issued one after another (11 us at B 1).
-      if (c.o_base != nullptr && c.f32_mask == 0xffffffffu) {
-        const float* ob = static_cast<const float*>(c.o_base) + (bi * c.heads + h) * c.in_head + col;
-#pragma unroll 8
-        for (int p = 0; p < c.num; ++p) {
-          const float w = __shfl_sync(0xffffffffu, w_mine, p);
-          const float4 x = on ? *reinterpret_cast<const float4*>(ob + p * c.o_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
-          if (w != 0.f)
-            acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
-        }
-      } else {
+      // output may be anything), so the loads of several partials are in flight together.
 #pragma unroll 4
       for (int p = 0; p < c.num; ++p) {
         const float w = __shfl_sync(0xffffffffu, w_mine, p);
         const bool f32 = (c.f32_mask >> p) & 1u;
         const size_t es = f32 ? 4 : sizeof(TI);
-        const char* base = c.o_base ? static_cast<const char*>(c.o_base) + p * c.o_stride * es
-                                    : static_cast<const char*>(c.o[p]);
+        const char* base = static_cast<const char*>(c.o[p]);
         const float4 x = on ? load4<TI>(base + ((bi * c.heads + h) * c.in_head + col) * es, f32) : make_float4(0.f, 0.f, 0.f, 0.f);
         if (w != 0.f)
           acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
-      }
       }
       if (on) store4<TO>(reinterpret_cast<TO*>(o_dst) + col, acc);
     }
