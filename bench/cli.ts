@@ -51,7 +51,7 @@ function parseArgs(argv: string[]) {
 }
 const list = (v: string | boolean | undefined, def: string) => String(typeof v === 'string' ? v : def).split(',').map((s) => s.trim()).filter(Boolean);
 
-/** PERF.md's grid: batch*seqlen = 16k, hidden 2048 (H = 2048/D; 16 for D = 256). */
+/** PERF.md's grid: batch*seqlen = 16k, hidden 2048 (H = 2048/D, rounded; 16 for D > 128). */
 function grid(args: Record<string, string | boolean>): Case[] {
   const dtypes = list(args.dtype, 'fp16,bf16').map((d) => DT[d] ?? (() => { throw new Error(`bench: unknown dtype ${d}`); })());
   const hdims = list(args.hdim, '64,128,256').map(Number);
@@ -60,7 +60,7 @@ function grid(args: Record<string, string | boolean>): Case[] {
   const cs = causal === 'both' ? [false, true] : [causal === 'on' || causal === 'true'];
   const out: Case[] = [];
   for (const dtype of dtypes) for (const D of hdims) for (const c of cs) for (const N of seqlens) {
-    const H = D <= 128 ? 2048 / D : 16;
+    const H = D <= 128 ? Math.round(2048 / D) : 16;  // D 96: 21 heads
     out.push({ B: Math.max(1, 16384 / N), H, Hkv: H, N, D, dtype, causal: c });
   }
   return out;

@@ -377,7 +377,14 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   // The paged loaders multiply a cache row index by the row pitch in 32 bits (PagedRows::offset).
   if (paged && (std::max(std::abs(p->k_str.row), std::abs(p->v_str.row)) * 4 > int64_t(INT32_MAX)))
     return fa::fail(FA_ERR_UNSUPPORTED, "fa_fwd_cuda: paged cache rows of 2^31 bytes or more");
-  const int width = pick_compiled_width(p->dtype, d, paged);
+  int width = pick_compiled_width(p->dtype, d, paged);
+  // On Hopper a wgmma tile (64 / 128 / 256) with up to a third of its columns padding beats the
+  // mma.sync tile of the head dim's own width: D 96 runs the W 128 kernel, D 192 the W 256 one
+  // (NOTES-fwd.md, "Head dims 96 and 192 on Hopper"). The backward already has only these widths.
+  if (!paged && width != 0 && p->dtype != FA_FLOAT32 && sm90_kernels_usable()) {
+    const int w90 = fa::cuda::pick_width(kWidthsSm90, kWidthsSm90, p->dtype, d);
+    if (w90 > width && 3 * w90 <= 4 * width) width = w90;
+  }
   const fa_status bad = check_common_args("fa_fwd_cuda", paged ? "CUDA paged attention" : "CUDA forward", p->dtype,
                                           p->batch, p->seqlen_q, p->seqlen_k, p->heads, p->heads_k, d, p->scale, width);
   if (bad != FA_OK) return bad;
