@@ -35,7 +35,7 @@ template fa_status run_fwd_sm90<{ctype}, {width}, {paged}>(FwdArgs, cudaStream_t
 }}  // namespace cuda
 }}  // namespace fa
 """
-WIDTHS_SM90 = [64, 128, 256]  # fp16 and bf16; keep equal to kWidthsSm90 in csrc/cuda/fwd_api.cu
+WIDTHS_SM90 = [64, 128, 192, 256]  # fp16 and bf16; keep equal to kWidthsSm90 in csrc/cuda/fwd_api.cu
 # Paged K/V (pagedAttention): the row-block kernels above with paged loads, and the decode kernel
 # (fp16 / bf16). Keep equal to kPagedWidths16 / kPagedWidths32 in csrc/cuda/fwd_api.cu.
 WIDTHS_PAGED = [64, 128, 256]

@@ -33,6 +33,10 @@ const cases = [
   { B: 1, Nq: 33, Nk: 200, H: 3, Hkv: 3, D: 256, dtype: 'bfloat16', causal: false, layout: 'bshd', softcap: 30 },
   { B: 1, Nq: 100, Nk: 100, H: 2, Hkv: 1, D: 64, dtype: 'float32', causal: true, layout: 'bshd', window: [20, -1] },
   { B: 1, Nq: 17, Nk: 50, H: 2, Hkv: 2, D: 96, dtype: 'float32', causal: false, layout: 'bhsd', softcap: 10 },
+  // Head dims whose Hopper forward runs a wider wgmma tile (96 -> 128, 160 -> 192) or the W 192 one.
+  { B: 1, Nq: 131, Nk: 77, H: 2, Hkv: 1, D: 192, dtype: 'float16', causal: true, layout: 'bshd' },
+  { B: 2, Nq: 45, Nk: 260, H: 2, Hkv: 2, D: 160, dtype: 'bfloat16', causal: false, layout: 'bhsd', window: [40, 8] },
+  { B: 1, Nq: 70, Nk: 70, H: 3, Hkv: 1, D: 96, dtype: 'float16', causal: false, layout: 'bshd', softcap: 20 },
 ];
 
 (async () => {

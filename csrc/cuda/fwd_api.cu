@@ -37,7 +37,7 @@ constexpr int kWidths32[] = {32, 64, 128, 256};                 // fp32
 constexpr int kPagedWidths16[] = {64, 128, 256};
 constexpr int kPagedWidths32[] = {64, 128, 256};
 // The Hopper (wgmma) forward kernels (sm90_kernels_usable in api_checks.h says where they run).
-constexpr int kWidthsSm90[] = {64, 128, 256};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
+constexpr int kWidthsSm90[] = {64, 128, 192, 256};  // fp16 and bf16; keep equal to WIDTHS_SM90 in generate_kernels.py
 
 // Smallest compiled width >= d for this dtype, or 0.
 int pick_compiled_width(fa_dtype dtype, int d, bool paged) {
@@ -62,7 +62,9 @@ bool try_run(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
 
 template <typename T, int W, bool kPaged>
 bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
-  constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value;
+  // Paged calls: only the paged widths have paged instantiations.
+  constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value &&
+                             (!kPaged || listed(kPagedWidths16, W));
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
     if (width == W && sm90_kernels_usable()) {
@@ -81,7 +83,7 @@ template <typename T, bool kPaged>
 fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
   if (try_run_sm90<T, 64, kPaged>(width, a, s, &st) || try_run_sm90<T, 128, kPaged>(width, a, s, &st) ||
-      try_run_sm90<T, 256, kPaged>(width, a, s, &st))
+      try_run_sm90<T, 192, kPaged>(width, a, s, &st) || try_run_sm90<T, 256, kPaged>(width, a, s, &st))
     return st;
   const bool ran = try_run<T, 32, kPaged>(width, a, s, &st) || try_run<T, 64, kPaged>(width, a, s, &st) ||
                    try_run<T, 96, kPaged>(width, a, s, &st) || try_run<T, 128, kPaged>(width, a, s, &st) ||
@@ -378,9 +380,9 @@ extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   if (paged && (std::max(std::abs(p->k_str.row), std::abs(p->v_str.row)) * 4 > int64_t(INT32_MAX)))
     return fa::fail(FA_ERR_UNSUPPORTED, "fa_fwd_cuda: paged cache rows of 2^31 bytes or more");
   int width = pick_compiled_width(p->dtype, d, paged);
-  // On Hopper a wgmma tile (64 / 128 / 256) with up to a third of its columns padding beats the
-  // mma.sync tile of the head dim's own width: D 96 runs the W 128 kernel, D 192 the W 256 one
-  // (NOTES-fwd.md, "Head dims 96 and 192 on Hopper"). The backward already has only these widths.
+  // On Hopper a wgmma tile (64 / 128 / 192 / 256) with up to a third of its columns padding beats
+  // the mma.sync tile of the head dim's own width: D 96 runs the W 128 kernel, D 160 the W 192 one
+  // (NOTES-fwd.md, "Head dims 96 and 192 on Hopper"). The backward has only 64 / 128 / 256.
   if (!paged && width != 0 && p->dtype != FA_FLOAT32 && sm90_kernels_usable()) {
     const int w90 = fa::cuda::pick_width(kWidthsSm90, kWidthsSm90, p->dtype, d);
     if (w90 > width && 3 * w90 <= 4 * width) width = w90;

@@ -6,7 +6,7 @@
 // warpgroup w owns rows [64w, 64w + 64): S (64 x kBlockN keys) and O (64 x D) are its wgmma
 // accumulators (D 128: 64 + 64 fp32 registers per thread), laid out as mma.sync C fragments, so the
 // online softmax and masking code is the one the mma.sync kernel uses (fwd_common.cuh).
-// Head dims 64, 128, 256; kBlockN 128, 64 at D 256 (its O takes 128 registers).
+// Head dims 64, 128, 192, 256; kBlockN 128, 64 at D 192 / 256 (O takes 96 / 128 registers).
 //
 // Tiles (Q, two K stages, two V stages, 32 KB each at D 128) sit in shared memory in the 128-byte
 // swizzled layout wgmma reads (wgmma.cuh); cp.async fills them (zero-fill for ragged rows and
@@ -35,7 +35,9 @@ struct Sm90FwdTraits {
   static constexpr bool kSm90 = true;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;   // 2 warpgroups x 64 rows
-  static constexpr int kBlockN = kHeadDim_ == 256 ? 64 : 128;  // keys per K/V tile (the n of the S wgmma)
+  // Keys per K/V tile (the n of the S wgmma): 64 at D 192 / 256, whose O takes 96 / 128 registers
+  // and whose 128-key stages would not fit the shared memory.
+  static constexpr int kBlockN = kHeadDim_ >= 192 ? 64 : 128;
   static constexpr int kThreads = 256;
   static constexpr int kMinBlocks = 1;
   static constexpr int kColBlocks = kHeadDim / 64;       // 64-column swizzle blocks per row
@@ -44,7 +46,8 @@ struct Sm90FwdTraits {
   // Q, K stages 0/1, V stages 0/1, plus slack to align the base to the 1024-byte swizzle atom.
   static constexpr int kSmemBytes = kTileQ + 4 * kTileKV + 1024;
   static_assert(sizeof(T) == 2, "fp16 / bf16 only");
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "wgmma n = head dim: 64, 128 or 256");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "wgmma n = head dim: 64, 128, 192 or 256");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 

@@ -69,23 +69,28 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t* r) {
 // cp.async loader into the swizzled layout: a tile of kRows rows x kColBlocks * 8 chunks of 16 bytes.
 // Thread layout: kColBlocks * 8 threads per row, one chunk each, rows r0, r0 + kRowStep, ...; since
 // kRowStep is a multiple of 8 the XOR (row % 8) is the same in every pass, so a thread's smem offsets
-// are one base plus immediates.
+// are one base plus immediates. Only the first kUsed threads load (a multiple of 8 rows of chunks:
+// all 256 at 1, 2 or 4 column blocks, 192 at 3).
 template <int kRows, int kColBlocks, int kThreads>
 struct SwizzledTileLoader {
   static constexpr int kChunks = kColBlocks * 8;
-  static constexpr int kRowStep = kThreads / kChunks;
+  static constexpr int kUsed = kThreads / (kChunks * 8) * (kChunks * 8);
+  static constexpr int kRowStep = kUsed / kChunks;
   static constexpr int kPasses = kRows / kRowStep;
-  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "loader layout");
+  static_assert(kUsed > 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "loader layout");
 
   int r0, c;
   uint32_t s_off;
+  bool active;
   __device__ __forceinline__ explicit SwizzledTileLoader(int tid) {
+    active = kUsed == kThreads || tid < kUsed;
     r0 = tid / kChunks;
     c = tid % kChunks;
     s_off = (c / 8) * kRows * 128 + r0 * 128 + (((c % 8) ^ (r0 & 7)) * 16);
   }
   __device__ __forceinline__ void load(uint32_t s_tile, const char* g, int64_t row_bytes, int valid_rows,
                                        int valid_chunks) const {
+    if (!active) return;
     const char* src = g + r0 * row_bytes + c * 16;
     const int64_t step = kRowStep * row_bytes;
     const bool col_ok = c < valid_chunks;
@@ -100,6 +105,7 @@ struct SwizzledTileLoader {
   template <class Ring>
   __device__ __forceinline__ void load(uint32_t s_tile, const PagedRows& pr, const Ring& ring, int nb,
                                        int valid_chunks) const {
+    if (!active) return;
     const bool col_ok = c < valid_chunks;
     int ri[kPasses];  // every shared read first: no shared-memory latency between two cp.async
 #pragma unroll
