@@ -271,14 +271,12 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
   if (has_decode) {
     DecodeArgs d{};
     d.f = a;
-    // Loader (H200, runs 7-8 of NOTES-inference.md): one bulk copy per cache row (sm_90) for page
-    // sizes that are not multiples of 16, where the cp.async loader looks up every key's page on its
-    // critical path (page 1, B 16 x 16k: 3.38 against 3.07 TB/s); the cp.async loader for the rest
-    // (its one lookup per 16-key tile is cheap, and it reads faster from one block per SM: page 16,
-    // B 1 x 16k 1.91 against 1.44 TB/s). FA_DECODE_LOADER=bulk|cpasync fixes the choice (comparisons).
-    // Tensor-map tiles (sm_90) where a 16-key tile is one box: page sizes that are multiples of 16
-    // and head dims equal to the tile width. FA_DECODE_LOADER=tma|bulk|cpasync fixes the choice
-    // where it can run (comparisons).
+    // Loader (H200, runs 7-8 and 13 of NOTES-inference.md), on sm_90: tensor-map tiles where a
+    // 16-key tile is one box (page sizes that are multiples of 16, head dim equal to the tile
+    // width); one bulk copy per cache row for page sizes that are not multiples of 16, where the
+    // cp.async loader looks up every key's page on its critical path (page 1, B 16 x 16k: 3.38
+    // against 3.07 TB/s); cp.async for the rest and on other GPUs. FA_DECODE_LOADER=tma|bulk|cpasync
+    // fixes the choice where it can run (comparisons).
     static const int loader_forced = [] {
       const char* e = getenv("FA_DECODE_LOADER");
       if (e == nullptr) return -1;
@@ -303,7 +301,8 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     if (splits <= 0) {
       splits = decode_splits(units, n_chunks, sm_count() * per_sm, sm_count());
     }
-    // One combine launch takes kMaxCombine partials: more splits than that never pay here anyway.
+    // The in-kernel merge (split_combine) takes at most kMaxCombine partials: more splits than that
+    // never pay here anyway.
     splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
     d.num_splits = splits;
     // The bulk loader's rings are sized for the blocks that share an SM: one when the grid fits
