@@ -78,10 +78,85 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   return false;
 }
 
+// The driver's tensor-map encoder (null when the driver has none).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    (void)cudaGetLastError();
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// Q, K and V of a dense call as the warp-specialised kernel's tensor maps (FwdTmaArgs): rank 4
+// {head dim, rows, heads, batch} (byte strides: row, head, batch), boxes {64, tile rows, 1, 1}, the
+// 128-byte swizzle; elements past the head dim or the rows read as zeros. False when the driver has
+// no tensor maps or refuses a stride (the cp.async kernel runs instead).
+bool encode_dense_maps(const FwdArgs& a, int width, FwdTmaArgs* ta) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  auto one = [&](const void* base, int rows, int heads, int64_t row, int64_t head, int64_t batch, int box_rows,
+                 CUtensorMap* m) {
+    // A dimension of extent 1 is never stepped: any valid stride will do.
+    auto stride = [](int64_t extent, int64_t elems) -> cuuint64_t {
+      return extent <= 1 || elems <= 0 ? 16 : cuuint64_t(elems) * 2;
+    };
+    const cuuint64_t dims[4] = {cuuint64_t(a.head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(a.batch)};
+    const cuuint64_t strides[3] = {stride(rows, row), stride(heads, head), stride(a.batch, batch)};
+    const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  };
+  const int bn = sm90_ws_block_n(width);
+  return one(a.q, a.seqlen_q, a.heads, a.q_row, a.q_head, a.q_batch, kSm90WsBlockM, &ta->tq) &&
+         one(a.k, a.seqlen_k, a.heads_k, a.k_row, a.k_head, a.k_batch, bn, &ta->tk) &&
+         one(a.v, a.seqlen_k, a.heads_k, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
+}
+
+// FA_FWD_SM90=cpasync keeps dense calls on the cp.async wgmma kernel (comparisons).
+bool sm90_ws_enabled() {
+  static const bool on = [] {
+    const char* e = getenv("FA_FWD_SM90");
+    return !(e != nullptr && std::string(e) == "cpasync");
+  }();
+  return on;
+}
+
+template <typename T, int W>
+bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
+  constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value;
+#if defined(FA_HAVE_SM90A)
+  if constexpr (kCompiled) {
+    if (width == W && sm90_kernels_usable()) {
+      FwdTmaArgs ta;
+      ta.f = a;
+      if (!encode_dense_maps(a, W, &ta)) return false;
+      *st = run_fwd_sm90_ws<T, W>(ta, s);
+      return true;
+    }
+  }
+#else
+  (void)width, (void)a, (void)s, (void)st, (void)kCompiled;
+#endif
+  return false;
+}
+
 // The row-block kernels (every query row of a block from one head).
 template <typename T, bool kPaged>
 fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
+  if constexpr (!kPaged && !std::is_same<T, float>::value) {
+    if (a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && sm90_ws_enabled() &&
+        (try_run_sm90_ws<T, 64>(width, a, s, &st) || try_run_sm90_ws<T, 128>(width, a, s, &st) ||
+         try_run_sm90_ws<T, 192>(width, a, s, &st) || try_run_sm90_ws<T, 256>(width, a, s, &st)))
+      return st;
+  }
   if (try_run_sm90<T, 64, kPaged>(width, a, s, &st) || try_run_sm90<T, 128, kPaged>(width, a, s, &st) ||
       try_run_sm90<T, 192, kPaged>(width, a, s, &st) || try_run_sm90<T, 256, kPaged>(width, a, s, &st))
     return st;
@@ -200,15 +275,7 @@ fa_status split_counters(cudaStream_t s, int64_t n, int** out) {
 // {64 elements, cache rows, width / 64 column blocks, kv heads}, boxes of {64, 16 rows, width / 64,
 // 1} with the 128-byte swizzle. False when the driver has no tensor maps or refuses these.
 bool encode_cache_maps(const FwdArgs& a, int width, CUtensorMap* mk, CUtensorMap* mv) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    (void)cudaGetLastError();
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const uint64_t rows = uint64_t(a.num_pages) * uint64_t(a.page_size);
   if (rows == 0 || rows > (uint64_t(1) << 32)) return false;

@@ -52,6 +52,13 @@ struct FwdArgs {
   int decode_rows;
 };
 
+// The warp-specialised Hopper forward (fwd_kernel_sm90_ws.cuh; dense fp16 / bf16 calls): Q, K and V
+// as rank-4 tensor maps {head dim, rows, heads, batch} with boxes {64, tile rows, 1, 1} and the
+// 128-byte swizzle (fwd_api.cu, encode_dense_maps).
+struct FwdTmaArgs {
+  CUtensorMap tq, tk, tv;
+  FwdArgs f;
+};
 // Defined once per (element type, tile width, K/V addressing) in csrc/generated/fwd_<dtype>_hdim<W>.cu
 // (dense or packed K/V) and fwd_paged_<dtype>_hdim<W>.cu (paged K/V).
 template <typename T, int kHeadDim, bool kPaged>
@@ -59,6 +66,12 @@ fa_status run_fwd(FwdArgs args, cudaStream_t stream);
 // Defined in csrc/generated/fwd_sm90[_paged]_<dtype>_hdim<W>.cu (fp16 / bf16, W = 64, 128, 256).
 template <typename T, int kHeadDim, bool kPaged>
 fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream);
+// Keys per K / V tile of the warp-specialised kernel (the box rows of its K and V maps).
+constexpr int sm90_ws_block_n(int width) { return width >= 192 ? 64 : 128; }
+constexpr int kSm90WsBlockM = 128;
+// Defined in csrc/generated/fwd_sm90ws_<dtype>_hdim<W>.cu (W = 64, 128, 192, 256).
+template <typename T, int kHeadDim>
+fa_status run_fwd_sm90_ws(FwdTmaArgs args, cudaStream_t stream);
 // Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
 constexpr int kDecodeRows = 16;
 constexpr int kDecodeChunk = 64;

@@ -51,6 +51,48 @@ struct Sm90FwdTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 
+// Epilogue of one warp of a wgmma forward kernel: its 16 rows of O (accumulator fragments, rows
+// wrow0 + g and wrow0 + g + 8) normalised by the row sums, lse = m * scale + ln(l), O staged through
+// the warp's own rows of the swizzled Q tile (BM rows per 64-column block) and written with 16-byte
+// stores. The caller makes sure that no wgmma still reads those rows of Q.
+template <typename T, int D, int BM>
+__device__ __forceinline__ void sm90_store_rows(const float (&o)[1][D / 8][4], const float (&row_max)[1][2],
+                                                const float (&row_sum)[1][2], float sl2, unsigned char* smem,
+                                                const FwdBlockPtrs& gp, const FwdArgs& a, int row0, int wrow0,
+                                                int Nq, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int valid_chunks = a.head_dim / 8;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float l = row_sum[0][hr];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const bool seen = l > 0.f;
+    const float inv = seen ? 1.f / l : 0.f;
+    const int r = wrow0 + g + 8 * hr;  // r % 8 == g
+    if (gp.lse != nullptr && t == 0 && row0 + r < Nq)
+      gp.lse[r] = seen ? (__fmul_rn(row_max[0][hr], sl2) + fast_log2(l)) * kLn2 : INFINITY;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const uint32_t packed = pack2<T>(o[0][dt][2 * hr] * inv, o[0][dt][2 * hr + 1] * inv);
+      const int off = (dt / 8) * BM * 128 + r * 128 + (((dt % 8) ^ g) * 16) + t * 4;
+      *reinterpret_cast<uint32_t*>(smem + off) = packed;
+    }
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = wrow0 + idx / kChunks;
+    const int c = idx % kChunks;
+    if (row0 + r < Nq && c < valid_chunks) {
+      const int off = (c / 8) * BM * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16);
+      *reinterpret_cast<uint4*>(gp.o + r * a.o_row * 2 + c * 16) = *reinterpret_cast<const uint4*>(smem + off);
+    }
+  }
+}
+
 template <class Tr, bool kPaged>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -231,35 +273,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
 
   // Epilogue. Every warpgroup is past its last read of Q once all threads arrive here.
   __syncthreads();
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float l = row_sum[0][hr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool seen = l > 0.f;
-    const float inv = seen ? 1.f / l : 0.f;
-    const int r = wrow0 + g + 8 * hr;  // r % 8 == g
-    if (gp.lse != nullptr && t == 0 && row0 + r < Nq)
-      gp.lse[r] = seen ? (__fmul_rn(row_max[0][hr], sl2) + fast_log2(l)) * kLn2 : INFINITY;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const uint32_t packed = pack2<T>(o[0][dt][2 * hr] * inv, o[0][dt][2 * hr + 1] * inv);
-      const int off = (dt / 8) * BM * 128 + r * 128 + (((dt % 8) ^ g) * 16) + t * 4;
-      *reinterpret_cast<uint32_t*>(smem + off) = packed;
-    }
-  }
-  __syncwarp();
-  constexpr int kChunks = kCB * 8;
-#pragma unroll
-  for (int i = 0; i < 16 * kChunks / 32; ++i) {
-    const int idx = lane + 32 * i;
-    const int r = wrow0 + idx / kChunks;
-    const int c = idx % kChunks;
-    if (row0 + r < Nq && c < valid_chunks) {
-      const int off = (c / 8) * BM * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16);
-      *reinterpret_cast<uint4*>(gp.o + r * a.o_row * 2 + c * 16) = *reinterpret_cast<const uint4*>(smem + off);
-    }
-  }
+  sm90_store_rows<T, D, BM>(o, row_max, row_sum, sl2, smem, gp, a, row0, wrow0, Nq, lane);
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
 #endif

@@ -16,6 +16,7 @@
 #include "cuda/fwd_kernel.cuh"
 #include "cuda/fwd_kernel_fp32.cuh"
 #include "cuda/fwd_kernel_sm90.cuh"
+#include "cuda/fwd_kernel_sm90_ws.cuh"
 #include "cuda/fwd_traits.cuh"
 
 namespace fa {
@@ -81,6 +82,28 @@ fa_status run_fwd(FwdArgs args, cudaStream_t stream) {
 template <typename T, int W, bool kPaged>
 fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
   return launch_fwd<Sm90FwdTraits<T, W>, kPaged>(args, stream);
+}
+
+// The warp-specialised Hopper kernel (dense fp16 / bf16; fwd_api.cu encodes the tensor maps).
+template <typename T, int W>
+fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
+  using Tr = Sm90WsTraits<T, W>;
+  static std::atomic<bool> smem_ready[kMaxDevices];
+  const auto kernel = &fwd_kernel_sm90_ws<Tr>;
+  FwdArgs& a = ta.f;
+  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  const int64_t blocks = static_cast<int64_t>(a.num_m_blocks) * a.heads * a.batch;
+  if (blocks == 0) return FA_OK;
+  if (blocks > INT_MAX)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: batch * heads * ceil(seqlen_q / 128) = " + std::to_string(blocks) +
+                                            " thread blocks exceeds the grid limit 2^31-1");
+  const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA forward", W, smem_ready);
+  if (st != FA_OK) return st;
+  (void)cudaGetLastError();
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
+  return FA_OK;
 }
 
 // The paged decode kernel: grid (heads_k, num_splits, batch).

@@ -140,6 +140,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 #endif
 }
+// One plain arrival (a consumer handing a stage back to the producer).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
 // Spins until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
