@@ -128,6 +128,29 @@ bool sm90_ws_enabled() {
   return on;
 }
 
+// Multiprocessors of the current device (cached per device).
+int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 108;
+  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 108;
+    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out);
+
+// Knobs of the warp-specialised kernel for comparisons (FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS,
+// FA_WS_PERSISTENT = 0 / 1), read once.
+int ws_knob(const char* name, int def) {
+  const char* e = getenv(name);
+  return e == nullptr || e[0] == '\0' ? def : (e[0] == '0' ? 0 : 1);
+}
+
 template <typename T, int W>
 bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value;
@@ -136,6 +159,21 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
     if (width == W && sm90_kernels_usable()) {
       FwdTmaArgs ta;
       ta.f = a;
+      static const int pingpong = ws_knob("FA_WS_PINGPONG", 1);
+      static const int rescale_always = ws_knob("FA_WS_RESCALE_ALWAYS", 0);
+      static const int persistent = ws_knob("FA_WS_PERSISTENT", 1);
+      ta.pingpong = pingpong;
+      ta.rescale_always = rescale_always;
+      // Persistent: one block per SM walks the tiles (FA_WS_PERSISTENT=0: one block per tile).
+      ta.ctas = persistent ? sm_count() : 0;
+      ta.tile_counter = nullptr;
+      if (ta.ctas > 0) {
+        const fa_status cs = stream_counters(s, 1, 2, &ta.tile_counter);
+        if (cs != FA_OK) {
+          *st = cs;
+          return true;
+        }
+      }
       if (!encode_dense_maps(a, W, &ta)) return false;
       *st = run_fwd_sm90_ws<T, W>(ta, s);
       return true;
@@ -184,19 +222,6 @@ fa_status cuda_err(cudaError_t e, const char* what) {
   return fa::fail(FA_ERR_CUDA, std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " (" + what + ")");
 }
 
-// Multiprocessors of the current device (cached per device).
-int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 108;
-  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 108;
-    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
 
 // Split-KV factor for the decode kernel (H200, TMA loader, runs 12-13 of NOTES-inference.md): the
 // largest split count whose blocks are all resident at once (units * splits <= slots) and spread
@@ -221,14 +246,17 @@ int decode_splits(int units, int n_chunks, int slots, int sms) {
 }
 
 
-// The decode kernel's split counters (DecodeArgs::counters) for `n` (sequence, kv head) groups on
-// stream s: zeroed once, left at zero by every launch (the last block of a group resets its counter).
-// One buffer per stream, so kernels of different streams never share a counter; it grows (after
-// draining the stream that uses it) when a call has more groups than it holds.
-fa_status split_counters(cudaStream_t s, int64_t n, int** out) {
+// Counters in device memory that kernels leave at zero when they finish, one buffer per (device,
+// stream, kind), so that kernels of different streams never share one: kind 0, the decode kernel's
+// split counters (DecodeArgs::counters, one per (sequence, kv head) group; the last block of a group
+// resets its counter); kind 1, the warp-specialised forward's tile scheduler (FwdTmaArgs, two ints;
+// its last block resets them). Zeroed once; a buffer grows (after draining the stream that uses it)
+// when a call needs more than it holds.
+fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out) {
   struct Buf {
     int dev;
     cudaStream_t stream;
+    int kind;
     int* p;
     int64_t n;
   };
@@ -240,7 +268,7 @@ fa_status split_counters(cudaStream_t s, int64_t n, int** out) {
   std::lock_guard<std::mutex> lock(mu);
   Buf* buf = nullptr;
   for (auto& x : bufs)
-    if (x.dev == dev && x.stream == s) buf = &x;
+    if (x.dev == dev && x.stream == s && x.kind == kind) buf = &x;
   if (buf != nullptr && buf->n >= n) {
     *out = buf->p;
     return FA_OK;
@@ -248,21 +276,21 @@ fa_status split_counters(cudaStream_t s, int64_t n, int** out) {
   const int64_t want = std::max<int64_t>(n, 65536);
   if (buf != nullptr) {  // in use by queued kernels until the stream drains
     e = cudaStreamSynchronize(s);
-    if (e != cudaSuccess) return cuda_err(e, "draining the stream before growing the split counters");
+    if (e != cudaSuccess) return cuda_err(e, "draining the stream before growing the kernel counters");
     (void)cudaFree(buf->p);
     buf->p = nullptr;
     buf->n = 0;
   }
   int* p = nullptr;
   e = cudaMalloc(reinterpret_cast<void**>(&p), size_t(want) * sizeof(int));
-  if (e != cudaSuccess) return cuda_err(e, "cudaMalloc of the split counters");
+  if (e != cudaSuccess) return cuda_err(e, "cudaMalloc of the kernel counters");
   e = cudaMemsetAsync(p, 0, size_t(want) * sizeof(int), s);
   if (e != cudaSuccess) {
     (void)cudaFree(p);
-    return cuda_err(e, "cudaMemsetAsync of the split counters");
+    return cuda_err(e, "cudaMemsetAsync of the kernel counters");
   }
   if (buf == nullptr) {
-    bufs.push_back({dev, s, p, want});
+    bufs.push_back({dev, s, kind, p, want});
   } else {
     buf->p = p;
     buf->n = want;
@@ -398,7 +426,7 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
       if (e != cudaSuccess) return cuda_err(e, "cudaMallocAsync of the split-KV workspace");
       d.partial_o = static_cast<float*>(ws);
       d.partial_lse = reinterpret_cast<float*>(static_cast<char*>(ws) + o_bytes);
-      const fa_status cs = split_counters(s, int64_t(a.batch) * a.heads_k, &d.counters);
+      const fa_status cs = stream_counters(s, 0, int64_t(a.batch) * a.heads_k, &d.counters);
       if (cs != FA_OK) {
         (void)cudaFreeAsync(ws, s);
         return cs;

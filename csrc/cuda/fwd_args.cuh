@@ -58,6 +58,10 @@ struct FwdArgs {
 struct FwdTmaArgs {
   CUtensorMap tq, tk, tv;
   FwdArgs f;
+  int pingpong;        // the consumer warpgroups take turns issuing their products (fwd_kernel_sm90_ws.cuh)
+  int rescale_always;  // rescale O at every key block (comparisons; default: when a row max moved)
+  int ctas;            // persistent grid: blocks launched (0: one per tile)
+  int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches
 };
 // Defined once per (element type, tile width, K/V addressing) in csrc/generated/fwd_<dtype>_hdim<W>.cu
 // (dense or packed K/V) and fwd_paged_<dtype>_hdim<W>.cu (paged K/V).

@@ -21,8 +21,7 @@ struct BlockCoord {
 // the CTAs resident at one time share that head's K/V in L2; grid.x allows 2^31-1 blocks, so long
 // sequences and large B*H never hit the 65535 limit of grid.y/z. With a right-bounded mask (causal,
 // window) the row blocks that see the most keys start first, so the cheap ones fill the tail.
-__device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) {
-  const int bid = static_cast<int>(blockIdx.x);
+__device__ __forceinline__ BlockCoord block_coord_of(const FwdArgs& a, int bid) {
   const int mb = bid % a.num_m_blocks;
   const int bh = bid / a.num_m_blocks;
   BlockCoord c;
@@ -31,6 +30,7 @@ __device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) {
   c.m_block = a.causal ? a.num_m_blocks - 1 - mb : mb;
   return c;
 }
+__device__ __forceinline__ BlockCoord block_coord(const FwdArgs& a) { return block_coord_of(a, static_cast<int>(blockIdx.x)); }
 
 __device__ __forceinline__ SeqInfo fwd_seq(const FwdArgs& a, int b) {
   return seq_info(b, a.seqlen_q, a.seqlen_k, a.cu_seqlens_q, a.cu_seqlens_k, a.page_table ? a.seqlens_k : nullptr,

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <limits.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <type_traits>
@@ -100,7 +101,8 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA forward", W, smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
-  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
+  const int64_t grid = ta.ctas > 0 ? std::min<int64_t>(blocks, ta.ctas) : blocks;
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
   return FA_OK;
