@@ -96,7 +96,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // {head dim, rows, heads, batch} (byte strides: row, head, batch), boxes {64, tile rows, 1, 1}, the
 // 128-byte swizzle; elements past the head dim or the rows read as zeros. False when the driver has
 // no tensor maps or refuses a stride (the cp.async kernel runs instead).
-bool encode_dense_maps(const FwdArgs& a, int width, FwdTmaArgs* ta) {
+bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   auto one = [&](const void* base, int rows, int heads, int64_t row, int64_t head, int64_t batch, int box_rows,
@@ -114,7 +114,7 @@ bool encode_dense_maps(const FwdArgs& a, int width, FwdTmaArgs* ta) {
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
   const int bn = sm90_ws_block_n(width);
-  return one(a.q, a.seqlen_q, a.heads, a.q_row, a.q_head, a.q_batch, kSm90WsBlockM, &ta->tq) &&
+  return one(a.q, a.seqlen_q, a.heads, a.q_row, a.q_head, a.q_batch, block_m, &ta->tq) &&
          one(a.k, a.seqlen_k, a.heads_k, a.k_row, a.k_head, a.k_batch, bn, &ta->tk) &&
          one(a.v, a.seqlen_k, a.heads_k, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
@@ -157,6 +157,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
     if (width == W && sm90_kernels_usable()) {
+      // W 64: three consumer warpgroups (192-row tiles), except under a right-bounded mask with
+      // short queries, where the coarser diagonal tiles cost more than the third warpgroup gains
+      // (NOTES-fwd.md, run 9: causal N 512 / 1k at 0.78x / 0.88x of two warpgroups).
+      const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024);
       FwdTmaArgs ta;
       ta.f = a;
       static const int pingpong = ws_knob("FA_WS_PINGPONG", 1);
@@ -174,8 +178,12 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
           return true;
         }
       }
-      if (!encode_dense_maps(a, W, &ta)) return false;
-      *st = run_fwd_sm90_ws<T, W>(ta, s);
+      if (!encode_dense_maps(a, W, three ? 192 : 128, &ta)) return false;
+      if constexpr (W == 64) {
+        *st = three ? run_fwd_sm90_ws<T, W, 3>(ta, s) : run_fwd_sm90_ws<T, W, 2>(ta, s);
+      } else {
+        *st = run_fwd_sm90_ws<T, W, 2>(ta, s);
+      }
       return true;
     }
   }

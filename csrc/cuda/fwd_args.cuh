@@ -72,9 +72,11 @@ template <typename T, int kHeadDim, bool kPaged>
 fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream);
 // Keys per K / V tile of the warp-specialised kernel (the box rows of its K and V maps).
 constexpr int sm90_ws_block_n(int width) { return width >= 192 ? 64 : 128; }
-constexpr int kSm90WsBlockM = 128;
+// Consumer warpgroups (64 query rows each) of the warp-specialised kernel: 2, or 3 at W 64 (where
+// the softmax costs as much as both products and a third warpgroup keeps the tensor cores fed;
+// fwd_api.cu chooses per call).
 // Defined in csrc/generated/fwd_sm90ws_<dtype>_hdim<W>.cu (W = 64, 128, 192, 256).
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, int kConsumers>
 fa_status run_fwd_sm90_ws(FwdTmaArgs args, cudaStream_t stream);
 // Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
 constexpr int kDecodeRows = 16;

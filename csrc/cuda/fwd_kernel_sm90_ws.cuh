@@ -1,8 +1,9 @@
 // FlashAttention forward on Hopper (sm_90a), warp-specialised: the TMA mainloop beside the cp.async
 // one of fwd_kernel_sm90.cuh, for dense fp16 / bf16 calls (no packed sequences, no paged K/V).
 //
-// A persistent grid (one block per SM) of three warpgroups; a tile is a 128-row Q block of one head,
-// and the blocks draw tiles from a counter in global memory (longest causal tiles first):
+// A persistent grid (one block per SM) of a producer and two consumer warpgroups (three at W 64); a
+// tile is a 64 x consumers-row Q block of one head, and the blocks draw tiles from a counter in
+// global memory (longest causal tiles first):
 //   - warpgroup 0 is the producer: it gives its registers away (setmaxnreg down) and one thread
 //     issues every load as a tensor-map (TMA) copy into the 128-byte swizzled layout wgmma reads:
 //     per tile Q, then K and V of each key block into a ring of kStages stages that runs on across
@@ -10,10 +11,10 @@
 //     refilling a stage the producer waits on its "empty" mbarrier, which every consumer warp
 //     arrives on once its wgmmas have read the stage. Q has the same pair, so the next tile's Q
 //     and first K load while the consumers finish the current tile.
-//   - warpgroups 1 and 2 are the consumers (setmaxnreg up), 64 rows each: S = Q K^T and O += P V
+//   - warpgroups 1, 2 (, 3) are the consumers (setmaxnreg up), 64 rows each: S = Q K^T and O += P V
 //     on wgmma, the online softmax in registers, the P V product of block i-1 overlapping the
 //     softmax of block i (within a warpgroup), and the two warpgroups taking turns to issue their
-//     products (ping-pong, named barriers), so that one's softmax runs while the other's products
+//     products (ping-pong, named barriers), so that one's softmax runs while another's products
 //     keep the tensor cores busy. No block-wide barrier anywhere in the loop.
 // The mask, the score modifier, the softmax step and the epilogue are the shared pieces
 // (fwd_common.cuh, sm90_store_rows); the epilogue stages O in shared memory for 16-byte stores.
@@ -29,11 +30,12 @@
 namespace fa {
 namespace cuda {
 
-template <typename T_, int kHeadDim_>
+template <typename T_, int kHeadDim_, int kConsumers_>
 struct Sm90WsTraits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kSm90WsBlockM;  // 2 consumer warpgroups x 64 rows
+  static constexpr int kConsumers = kConsumers_;  // consumer warpgroups, 64 rows each
+  static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = sm90_ws_block_n(kHeadDim_);
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // bytes
@@ -46,19 +48,19 @@ struct Sm90WsTraits {
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   static constexpr int kStagesFit = (200 * 1024 - kTileQ - kTileO) / (2 * kTileKV);
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
-  static constexpr int kThreads = 384;
-  static constexpr int kConsumerWarps = 8;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 x 128 + 240 x 256 = 384 x 168, the launch's allocation
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;  // 24 x 128 + 240 x 256 = 384 x 168, the launch's allocation
   // Barriers after the tiles: Q full, Q empty, then K full, V full, K empty, V empty per stage.
   static constexpr int kBarOffset = kTileQ + kTileO + 2 * kStages * kTileKV;
   // Then two int slots: the tile index the producer hands to the consumers (tile j in slot j % 2).
   static constexpr int kSlotOffset = kBarOffset + 8 * (2 + 4 * kStages);
   static constexpr int kSmemBytes = 1024 + kSlotOffset + 8;
-  static_assert(sizeof(T) == 2 && kBlockM == 128, "fp16 / bf16, two consumer warpgroups");
+  static_assert(sizeof(T) == 2 && (kConsumers == 2 || kConsumers == 3), "fp16 / bf16, two or three consumers");
   static_assert(kStages >= 2, "a ring of at least two stages");
   // setmaxnreg moves registers within the block's launch allocation (168 per thread at 384 threads):
   // asking for more than it holds blocks the consumers' setmaxnreg.inc forever.
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= (65536 / kThreads) / 8 * 8 * kThreads,
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= (65536 / kThreads) / 8 * 8 * kThreads,
                 "register split over the launch allocation");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "wgmma n = head dim");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     const int row0 = w.row0, n_max = w.n_max, Nq = w.seq.nq;
     const FwdBlockPtrs gp = block_ptrs<2>(a, w.bc, w.seq, row0);
     if (n_blocks <= 0) {
-      if (row0 < Nq) write_empty_rows<BM, 256>(a, gp.o, gp.lse, min(BM, Nq - row0), 2, ctid);
+      if (row0 < Nq) write_empty_rows<BM, 128 * Tr::kConsumers>(a, gp.o, gp.lse, min(BM, Nq - row0), 2, ctid);
       release(bar_qe);
       continue;
     }
@@ -270,20 +272,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       online_softmax_step(s, row_max, row_sum, alpha, sl2);
     };
 
-    // Ping-pong (ta.pingpong): the two consumer warpgroups take turns issuing their products, so
-    // that one's softmax runs while the other's products occupy the tensor cores. Named barrier
-    // 3 + cw is "cw may issue": 256 arrivals, cw's own 128 waiting and the other warpgroup's 128
-    // signalling after its issue. Warpgroup 0 goes first; both have the same n_blocks + 1 turns in
-    // a tile, and the last turn of warpgroup 1 signals nobody (balanced at the end of every tile).
+    // Ping-pong (ta.pingpong): the consumer warpgroups take turns issuing their products, in a ring
+    // (0, 1, [2,] 0, ...), so that one's softmax runs while another's products occupy the tensor
+    // cores. Named barrier 8 + cw is "cw may issue": 256 arrivals, cw's own 128 waiting and its
+    // predecessor's 128 signalling after its issue. Warpgroup 0 goes first (the last one signals it
+    // once at the start of a tile); all have the same n_blocks + 1 turns in a tile, and the last
+    // turn of the last warpgroup signals nobody (balanced at the end of every tile).
     int turns_left = n_blocks + 1;
     auto my_turn = [&]() {
-      if (pp) sm90::named_bar_sync(3 + cw, 256);
+      if (pp) sm90::named_bar_sync(8 + cw, 256);
     };
     auto pass_turn = [&]() {
       --turns_left;
-      if (pp && (cw == 0 || turns_left > 0)) sm90::named_bar_arrive(3 + (cw ^ 1), 256);
+      if (pp && (cw < Tr::kConsumers - 1 || turns_left > 0))
+        sm90::named_bar_arrive(8 + (cw + 1) % Tr::kConsumers, 256);
     };
-    if (pp && cw == 1) sm90::named_bar_arrive(3, 256);
+    if (pp && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);
 
     // Block 0 of the loop order (key block n_max - 1): S, softmax, P. O needs no initialisation:
     // the first P V overwrites it.

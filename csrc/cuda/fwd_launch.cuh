@@ -86,9 +86,9 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
 }
 
 // The warp-specialised Hopper kernel (dense fp16 / bf16; fwd_api.cu encodes the tensor maps).
-template <typename T, int W>
+template <typename T, int W, int C>
 fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
-  using Tr = Sm90WsTraits<T, W>;
+  using Tr = Sm90WsTraits<T, W, C>;
   static std::atomic<bool> smem_ready[kMaxDevices];
   const auto kernel = &fwd_kernel_sm90_ws<Tr>;
   FwdArgs& a = ta.f;
@@ -96,7 +96,7 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(a.num_m_blocks) * a.heads * a.batch;
   if (blocks == 0) return FA_OK;
   if (blocks > INT_MAX)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: batch * heads * ceil(seqlen_q / 128) = " + std::to_string(blocks) +
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA forward: batch * heads * ceil(seqlen_q / " + std::to_string(Tr::kBlockM) + ") = " + std::to_string(blocks) +
                                             " thread blocks exceeds the grid limit 2^31-1");
   const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA forward", W, smem_ready);
   if (st != FA_OK) return st;
