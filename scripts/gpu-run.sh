@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -65,6 +65,12 @@ for s in $steps; do
           echo "-- $cell"; grep -E "fwd_decode|combine|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Stall|Grid Size" "$OUT/ncu-decode-$cell.log" | head -30
         done
       fi ;;
+    bwd-ab)
+      # The warp-specialised Hopper backward against the cp.async one (FA_BWD_SM90=cpasync), torch
+      # in the same run; AB_ARGS narrows the grid.
+      args="--dir bwd --dtype fp16,bf16 --hdim 64,128 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
+      node dist/bench/cli.js $args --compare torch --out /tmp/ab-ws 2>&1 | tee "$OUT/bwd-ab-ws.log" | grep -E "^\| (float|bfloat)" | cut -c1-160
+      FA_BWD_SM90=cpasync node dist/bench/cli.js $args --out /tmp/ab-cp 2>&1 | tee "$OUT/bwd-ab-cp.log" | grep -E "^\| (float|bfloat)" | cut -c1-110 ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

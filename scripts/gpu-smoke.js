@@ -37,6 +37,10 @@ const cases = [
   { B: 1, Nq: 131, Nk: 77, H: 2, Hkv: 1, D: 192, dtype: 'float16', causal: true, layout: 'bshd' },
   { B: 2, Nq: 45, Nk: 260, H: 2, Hkv: 2, D: 160, dtype: 'bfloat16', causal: false, layout: 'bhsd', window: [40, 8] },
   { B: 1, Nq: 70, Nk: 70, H: 3, Hkv: 1, D: 96, dtype: 'float16', causal: false, layout: 'bshd', softcap: 20 },
+  // Longer walks of the warp-specialised backward (the Q / dO ring wraps several times, GQA groups
+  // of 4 and 3, a ragged last row block and key block).
+  { B: 2, Nq: 333, Nk: 290, H: 4, Hkv: 1, D: 128, dtype: 'float16', causal: false, layout: 'bshd' },
+  { B: 1, Nq: 300, Nk: 400, H: 3, Hkv: 1, D: 64, dtype: 'bfloat16', causal: true, layout: 'bhsd', softcap: 15 },
 ];
 
 (async () => {

@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include <string>
 #include <type_traits>
@@ -25,6 +26,7 @@
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_common.cuh"
 #include "cuda/bwd_traits.cuh"
+#include "cuda/tma_maps.h"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
 
@@ -55,16 +57,53 @@ bool try_run(int width, bool det, const BwdArgs& a, cudaStream_t s, fa_status* s
 // The Hopper (wgmma) main kernel: fp16 / bf16, atomic dQ, where sm90_kernels_usable().
 constexpr int kBwdWidthsSm90[] = {64, 128, 256};  // keep equal to WIDTHS_SM90 in generate_bwd_kernels.py
 
+// Its warp-specialised sibling (TMA loads, dQ through shared memory and bulk reduce-adds): dense
+// calls in the default mode at these tiles, where the tensor maps can be made.
+// FA_BWD_SM90=cpasync keeps every call on the cp.async kernel (comparisons).
+constexpr int kBwdWidthsSm90Ws[] = {64, 128};  // keep equal to WIDTHS_SM90_WS in generate_bwd_kernels.py
+bool sm90_bwd_ws_enabled() {
+  static const bool on = [] {
+    const char* e = getenv("FA_BWD_SM90");
+    return !(e != nullptr && std::string(e) == "cpasync");
+  }();
+  return on;
+}
+
+template <typename T, int W>
+bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
+  constexpr bool kCompiled = width_built(W) && listed(kBwdWidthsSm90Ws, W) && !std::is_same<T, float>::value;
+#if defined(FA_HAVE_SM90A)
+  if constexpr (kCompiled) {
+    if (a.dq_sem != nullptr || a.cu_seqlens_q != nullptr || a.dq_acc == nullptr || !sm90_bwd_ws_enabled()) return false;
+    BwdTmaArgs ta;
+    ta.a = a;
+    constexpr int kRows = Sm90BwdWsTraits<T, W>::kBlockM, kKeys = Sm90BwdWsTraits<T, W>::kBlockN;
+    if (!encode_rows_map(a.q, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_row, a.q_head, a.q_batch, kRows, &ta.tq) ||
+        !encode_rows_map(a.dout, a.head_dim, a.seqlen_q, a.heads, a.batch, a.do_row, a.do_head, a.do_batch, kRows,
+                         &ta.tdo) ||
+        !encode_rows_map(a.k, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.k_row, a.k_head, a.k_batch, kKeys, &ta.tk) ||
+        !encode_rows_map(a.v, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.v_row, a.v_head, a.v_batch, kKeys, &ta.tv))
+      return false;
+    *st = run_bwd_sm90_ws<T, W>(ta, s);
+    return true;
+  }
+#else
+  (void)a, (void)s, (void)st, (void)kCompiled;
+#endif
+  return false;
+}
+
 template <typename T, int W>
 bool try_sm90(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_status* st) {
   constexpr bool kCompiled = width_built(W) && listed(kBwdWidthsSm90, W) && !std::is_same<T, float>::value;
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
     if (width == W && (!det || a->dq_sem != nullptr) && sm90_kernels_usable()) {
-      if (run)
-        *st = run_bwd_sm90<T, W>(*a, s);
-      else
+      if (run) {
+        if (!(!det && try_sm90_ws<T, W>(*a, s, st))) *st = run_bwd_sm90<T, W>(*a, s);
+      } else {
         a->dql = sm90_dq_layout<Sm90BwdTraits<T, W>>();
+      }
       return true;
     }
   }

@@ -1,6 +1,7 @@
 // The backward kernels' argument block (built by bwd_api.cu from fa_bwd_params) and the entry points
 // that each generated instantiation file defines.
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -111,6 +112,13 @@ inline int64_t bwd_ws_rows_packed(int total_q, int batch) {
   return (static_cast<int64_t>(total_q) + int64_t(kBwdRowPad + 4) * (batch + 1) + 3) & ~int64_t(3);
 }
 
+// The warp-specialised Hopper kernel's arguments (bwd_kernel_sm90_ws.cuh): Q, dO (boxes of 64 rows)
+// and K, V (boxes of 128 keys) as tensor maps (tma_maps.h), then the common block.
+struct BwdTmaArgs {
+  CUtensorMap tq, tdo, tk, tv;
+  BwdArgs a;
+};
+
 // Defined once per (element type, tile width) in csrc/generated/: run_bwd_atomic in
 // bwd_<dtype>_hdim<W>.cu enqueues the main kernel that also adds dQ into dq_acc with float atomics;
 // run_bwd_det in bwd_det_<dtype>_hdim<W>.cu enqueues the main kernel without dQ and then the
@@ -124,6 +132,12 @@ fa_status run_bwd_det(BwdArgs args, cudaStream_t stream);
 // (bwd_traits.cuh); fp16 / bf16, W = 64, 128 and 256.
 template <typename T, int kHeadDim>
 fa_status run_bwd_sm90(BwdArgs args, cudaStream_t stream);
+
+// bwd_sm90ws_<dtype>_hdim<W>.cu: the warp-specialised Hopper main kernel (TMA loads, dQ through
+// shared memory and bulk reduce-adds, same dQ placement as run_bwd_sm90); dense fp16 / bf16 calls
+// in atomic mode, W = 64 and 128.
+template <typename T, int kHeadDim>
+fa_status run_bwd_sm90_ws(BwdTmaArgs args, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace fa

@@ -16,7 +16,6 @@
 // from registers (key split) or K-major from shared memory (row split). Q_i, dO_i and the lse2 /
 // dsum slices are double-buffered with cp.async (block i+1 loads during block i).
 #pragma once
-#include <type_traits>
 
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_common.cuh"
@@ -26,6 +25,103 @@
 
 namespace fa {
 namespace cuda {
+
+// Row blocks [*m_begin, *m_end) of bm rows hold the rows that see any key of the key block at key0.
+template <int BM, int BN>
+__device__ __forceinline__ void bwd_row_blocks(const BwdArgs& a, const SeqInfo& seq, int key0, int* m_begin, int* m_end) {
+  int rmin, rmax;
+  KeyWindow(seq, a.window_left, a.window_right).rows_of_keys(key0, min(key0 + BN, seq.nk) - 1, &rmin, &rmax);
+  *m_begin = max(0, rmin) / BM;
+  *m_end = (max(0, min(seq.nq, rmax)) + BM - 1) / BM;
+}
+
+// Epilogue of a key block: dK (times scale) and dV from one warpgroup's m64nNC accumulators, this
+// lane's keys key_l, key_l + 8 (relative to key0; only those below nk exist) and columns col_l + 8j.
+template <typename T, int NC>
+__device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& a, const float (&dk)[NC / 2], const float (&dv)[NC / 2],
+                                                    int b, int hk, int key0, int nk, int key_l, int col_l) {
+  const int64_t kr = bwd_seq(a, b).k_row0 + key0;
+  char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + kr * a.dk_row);
+  char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + kr * a.dv_row);
+  const float sc = a.scale;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int key = key_l + 8 * hr;
+    if (key < nk - key0) {
+#pragma unroll
+      for (int j = 0; j < NC / 8; ++j) {
+        const int col = col_l + 8 * j;
+        if (col < a.head_dim) {
+          *reinterpret_cast<uint32_t*>(gdk + (key * a.dk_row + col) * 2) =
+              pack2<T>(dk[4 * j + 2 * hr] * sc, dk[4 * j + 2 * hr + 1] * sc);
+          *reinterpret_cast<uint32_t*>(gdv + (key * a.dv_row + col) * 2) = pack2<T>(dv[4 * j + 2 * hr], dv[4 * j + 2 * hr + 1]);
+        }
+      }
+    }
+  }
+}
+
+// P^T and dS^T of one warpgroup's S^T / dP^T accumulators (m64nNS, [key][row]), in place: s
+// becomes P^T, dp becomes dS^T; dS^T (and P^T when kStoreP) also go to shared memory as [key][row]
+// rows of 64 query rows (128 bytes, the 128-byte swizzle), where the dQ product (and, row split, the
+// dV / dK products) read them. This lane holds keys key_l, key_l + 8 (relative to the block's
+// first key key0) and rows row_l + 8j, row_l + 8j + 1 (relative to the row block's first row row0);
+// l_s / d_s are the row block's lse2 / dsum slices. Four versions (softcap or not, mask or not)
+// chosen per block, so that the common one carries neither.
+template <typename T, int NS, bool kStoreP, bool kCap, bool kMask>
+__device__ __forceinline__ void sm90_bwd_pds_tile(const BwdArgs& a, float (&s)[NS / 8][4], float (&dp)[NS / 8][4],
+                                                  const float* l_s, const float* d_s, unsigned char* sdst,
+                                                  unsigned char* spt, const KeyWindow& w, int key0, int row0,
+                                                  int key_l, int row_l) {
+  const float sl2 = a.p_scale_log2;
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const int r = row_l + 8 * j;
+    const float2 lse = *reinterpret_cast<const float2*>(l_s + r);
+    const float2 dsum = *reinterpret_cast<const float2*>(d_s + r);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int key = key_l + 8 * hr;
+      float p0, p1, dm0 = 1.f, dm1 = 1.f;
+      if constexpr (kCap) {
+        p0 = bwd_prob<false>(a, s[j][2 * hr], lse.x, &dm0);
+        p1 = bwd_prob<false>(a, s[j][2 * hr + 1], lse.y, &dm1);
+      } else {
+        p0 = fast_exp2(fmaf(s[j][2 * hr], sl2, -lse.x));
+        p1 = fast_exp2(fmaf(s[j][2 * hr + 1], sl2, -lse.y));
+      }
+      if constexpr (kMask) {
+        const int kk = key0 + key;  // key within the sequence; rows row0 + r, row0 + r + 1
+        if (kk < w.lo(row0 + r) || kk >= w.hi(row0 + r)) p0 = 0.f;
+        if (kk < w.lo(row0 + r + 1) || kk >= w.hi(row0 + r + 1)) p1 = 0.f;
+      }
+      float ds0 = p0 * (dp[j][2 * hr] - dsum.x), ds1 = p1 * (dp[j][2 * hr + 1] - dsum.y);
+      if constexpr (kCap) ds0 *= dm0, ds1 *= dm1;
+      const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
+      *reinterpret_cast<uint32_t*>(sdst + off) = pack2<T>(ds0, ds1);
+      if constexpr (kStoreP) *reinterpret_cast<uint32_t*>(spt + off) = pack2<T>(p0, p1);
+      s[j][2 * hr] = p0, s[j][2 * hr + 1] = p1;
+      dp[j][2 * hr] = ds0, dp[j][2 * hr + 1] = ds1;
+    }
+  }
+}
+// The version for this block: the mask only where the block [key0, key0 + bn) x [row0, row0 + bm)
+// crosses a bound of the window or the keys, the score modifier only with a softcap.
+template <typename T, int NS, bool kStoreP>
+__device__ __forceinline__ void sm90_bwd_pds(const BwdArgs& a, float (&s)[NS / 8][4], float (&dp)[NS / 8][4],
+                                             const float* l_s, const float* d_s, unsigned char* sdst,
+                                             unsigned char* spt, int nq, int nk, int key0, int bn, int row0, int bm,
+                                             int key_l, int row_l) {
+  const KeyWindow w(SeqInfo{nq, nk, 0, 0}, a.window_left, a.window_right);
+  const bool need_mask = w.needs_mask(key0, bn, row0, row0 + bm - 1);
+  if (a.softcap > 0.f) {
+    if (need_mask) sm90_bwd_pds_tile<T, NS, kStoreP, true, true>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+    else sm90_bwd_pds_tile<T, NS, kStoreP, true, false>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+  } else {
+    if (need_mask) sm90_bwd_pds_tile<T, NS, kStoreP, false, true>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+    else sm90_bwd_pds_tile<T, NS, kStoreP, false, false>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+  }
+}
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs a) {
@@ -79,11 +175,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int wkey0 = kKeySplit ? wg * 64 : 0;  // this warpgroup's first key (S^T rows) in the block
   const int wrow0 = kKeySplit ? 0 : wg * NS;  // and first query row (S^T columns)
 
-  // Row blocks [m_begin, m_end) hold the rows that see any key of this block.
-  int rmin, rmax;
-  KeyWindow(seq, a.window_left, a.window_right).rows_of_keys(key0, min(key0 + BN, Nk) - 1, &rmin, &rmax);
-  const int m_begin = max(0, rmin) / BM;
-  const int m_end = (max(0, min(Nq, rmax)) + BM - 1) / BM;
+  int m_begin, m_end;
+  bwd_row_blocks<BM, BN>(a, seq, key0, &m_begin, &m_end);
   const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // iterations: (query head of the group, row block)
 
@@ -144,9 +237,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // B of dQ (MN-major): the K tile; each chunk adds its first column's offset.
   const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
 
-  const float sl2 = a.p_scale_log2;
-  const int mask_base = Nk - key0;  // keys (relative to key0) below this exist
-
   // Deterministic mode: key block n_block's turn at row block mm is its rank among the key blocks
   // whose rows reach mm: they form a contiguous range [j_lo, n_block], found by bisection on the
   // nondecreasing last row block of a key block. The last row that sees key k is k - (Nk - Nq) +
@@ -202,66 +292,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     sm90::reg_fence<NS / 2>(&s[0][0][0]);
     sm90::reg_fence<NS / 2>(&dp[0][0][0]);
 
-    // P^T, dS^T: this lane holds keys wkey0 + wq*16 + g (+8) and rows wrow0 + 8j + 2t (+1); the
-    // values overwrite s and dp. Four versions (softcap or not, mask or not) chosen per block, so
-    // that the common one carries neither.
-    {
-      const float* const l_s = sL + st * BM;
-      const float* const d_s = sDs + st * BM;
-      auto pds = [&](auto cap_tag, auto mask_tag) {
-        constexpr bool kCap = decltype(cap_tag)::value, kMask = decltype(mask_tag)::value;
-        const KeyWindow w(SeqInfo{Nq, Nk, 0, 0}, a.window_left, a.window_right);
-#pragma unroll
-        for (int j = 0; j < NS / 8; ++j) {
-          const int r = wrow0 + 8 * j + 2 * t;
-          const float2 lse = *reinterpret_cast<const float2*>(l_s + r);
-          const float2 dsum = *reinterpret_cast<const float2*>(d_s + r);
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int key = wkey0 + wq * 16 + g + 8 * hr;
-            float p0, p1, ds0, ds1;
-            if constexpr (kCap) {
-              float dm0, dm1;
-              p0 = bwd_prob<false>(a, s[0][j][2 * hr], lse.x, &dm0);
-              p1 = bwd_prob<false>(a, s[0][j][2 * hr + 1], lse.y, &dm1);
-              if constexpr (kMask) {
-                const int kk = key0 + key;
-                if (kk < w.lo(row0 + r) || kk >= w.hi(row0 + r)) p0 = 0.f;
-                if (kk < w.lo(row0 + r + 1) || kk >= w.hi(row0 + r + 1)) p1 = 0.f;
-              }
-              ds0 = p0 * (dp[0][j][2 * hr] - dsum.x) * dm0;
-              ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y) * dm1;
-            } else {
-              p0 = fast_exp2(fmaf(s[0][j][2 * hr], sl2, -lse.x));
-              p1 = fast_exp2(fmaf(s[0][j][2 * hr + 1], sl2, -lse.y));
-              if constexpr (kMask) {
-                const int kk = key0 + key;  // key within the sequence; rows row0 + r, row0 + r + 1
-                if (kk < w.lo(row0 + r) || kk >= w.hi(row0 + r)) p0 = 0.f;
-                if (kk < w.lo(row0 + r + 1) || kk >= w.hi(row0 + r + 1)) p1 = 0.f;
-              }
-              ds0 = p0 * (dp[0][j][2 * hr] - dsum.x);
-              ds1 = p1 * (dp[0][j][2 * hr + 1] - dsum.y);
-            }
-            const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
-            *reinterpret_cast<uint32_t*>(smem + (sdSt - sK) + off) = pack2<T>(ds0, ds1);
-            if constexpr (!kKeySplit) *reinterpret_cast<uint32_t*>(smem + (sPt - sK) + off) = pack2<T>(p0, p1);
-            s[0][j][2 * hr] = p0, s[0][j][2 * hr + 1] = p1;
-            dp[0][j][2 * hr] = ds0, dp[0][j][2 * hr + 1] = ds1;
-          }
-        }
-      };
-      const bool need_mask =
-          KeyWindow(SeqInfo{Nq, Nk, 0, 0}, a.window_left, a.window_right).needs_mask(key0, BN, row0, row0 + BM - 1);
-      using True = std::true_type;
-      using False = std::false_type;
-      if (a.softcap > 0.f) {
-        if (need_mask) pds(True{}, True{});
-        else pds(True{}, False{});
-      } else {
-        if (need_mask) pds(False{}, True{});
-        else pds(False{}, False{});
-      }
-    }
+    // P^T, dS^T in place of S^T, dP^T, and into shared memory (sm90_bwd_pds).
+    sm90_bwd_pds<T, NS, !kKeySplit>(a, s[0], dp[0], sL + st * BM, sDs + st * BM, smem + (sdSt - sK), smem + (sPt - sK),
+                                    Nq, Nk, key0, BN, row0, BM, wkey0 + wq * 16 + g, wrow0 + 2 * t);
     sm90::fence_proxy_async_smem();
 
     // dV += P^T dO, dK += dS^T Q for this warpgroup's keys x columns.
@@ -373,26 +406,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 
   // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns
   // wg * NC + 8j + 2t (row split) or 8j + 2t (key split).
-  const int64_t kr = bwd_seq(a, b).k_row0 + key0;  // re-read: nothing of it lives through the loop
-  char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + kr * a.dk_row);
-  char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + kr * a.dv_row);
-  const float sc = a.scale;
-  const int col0 = kKeySplit ? 0 : wg * NC;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int key = wkey0 + wq * 16 + g + 8 * hr;
-    if (key < mask_base) {
-#pragma unroll
-      for (int j = 0; j < NC / 8; ++j) {
-        const int col = col0 + 8 * j + 2 * t;
-        if (col < a.head_dim) {
-          *reinterpret_cast<uint32_t*>(gdk + (key * a.dk_row + col) * 2) =
-              pack2<T>(dk[4 * j + 2 * hr] * sc, dk[4 * j + 2 * hr + 1] * sc);
-          *reinterpret_cast<uint32_t*>(gdv + (key * a.dv_row + col) * 2) = pack2<T>(dv[4 * j + 2 * hr], dv[4 * j + 2 * hr + 1]);
-        }
-      }
-    }
-  }
+  sm90_bwd_store_dkdv<T, NC>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, (kKeySplit ? 0 : wg * NC) + 2 * t);
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
 #endif

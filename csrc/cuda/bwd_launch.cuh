@@ -14,6 +14,7 @@
 #include "cuda/bwd_args.cuh"
 #include "cuda/bwd_kernel.cuh"
 #include "cuda/bwd_kernel_sm90.cuh"
+#include "cuda/bwd_kernel_sm90_ws.cuh"
 #include "cuda/bwd_traits.cuh"
 
 namespace fa {
@@ -157,6 +158,29 @@ fa_status run_bwd_sm90(BwdArgs a, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(a);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd sm90 launch");
+  return FA_OK;
+}
+
+// The warp-specialised Hopper main kernel (dense, atomic dQ; bwd_api.cu decides and encodes the maps).
+template <typename T, int W>
+fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
+  using Tr = Sm90BwdWsTraits<T, W>;
+  BwdArgs& a = ta.a;
+  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
+  const int64_t blocks = static_cast<int64_t>(a.num_n_blocks) * a.heads_k * a.batch;
+  if (blocks == 0) return FA_OK;
+  if (blocks > INT_MAX)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
+                                            std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
+                                            " thread blocks exceeds the grid limit 2^31-1");
+  const auto kernel = &bwd_kernel_sm90_ws<Tr>;
+  const fa_status st = bwd_smem_optin<Tr, 4>(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
+  if (st != FA_OK) return st;
+  (void)cudaGetLastError();
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd sm90 launch (warp-specialised)");
   return FA_OK;
 }
 

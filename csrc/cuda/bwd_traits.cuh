@@ -197,6 +197,43 @@ struct Sm90BwdTraits {
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
 };
 
+// The warp-specialised Hopper kernel (bwd_kernel_sm90_ws.cuh): the key split of Sm90BwdTraits
+// (128 keys, 64 per consumer warpgroup, 64-row query blocks) with a producer warpgroup.
+template <typename T_, int kHeadDim_>
+struct Sm90BwdWsTraits {
+  using T = T_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;   // query rows per block i
+  static constexpr int kBlockN = 128;  // keys per thread block, 64 per consumer warpgroup
+  static constexpr int kColBlocks = kHeadDim / 64;
+  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;  // Q / dO ring depth
+  static constexpr int kTileKV = kBlockN * kHeadDim * 2;  // K or V (bytes)
+  static constexpr int kTileQ = kBlockM * kHeadDim * 2;   // one stage of Q or dO
+  static constexpr int kTileP = kBlockN * kBlockM * 2;    // one dS^T buffer, [key][row]
+  static constexpr int kTileDq = kBlockM * kHeadDim * 4;  // the fp32 dQ image of a row block
+  static constexpr int kDqCols = kHeadDim / 2;            // dQ columns per consumer warpgroup
+  static constexpr int kThreads = 384;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // Shared memory, from a 1024-byte aligned base (tiles first, each a whole number of swizzle atoms).
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kTileKV;
+  static constexpr int kOffQ = kOffV + kTileKV;
+  static constexpr int kOffDo = kOffQ + kStages * kTileQ;
+  static constexpr int kOffDs = kOffDo + kStages * kTileQ;
+  static constexpr int kOffDq = kOffDs + 2 * kTileP;
+  static constexpr int kOffL = kOffDq + kTileDq;           // lse2 slices [kStages][kBlockM]
+  static constexpr int kOffD = kOffL + kStages * kBlockM * 4;  // dsum slices
+  static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;
+  // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full, dQ empty.
+  static constexpr int kSmemBytes = 1024 + kOffBar + 8 * (3 + 2 * kStages);
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "tiles 64 and 128 (the key split of Sm90BwdTraits)");
+  static_assert(kDqCols == Sm90BwdTraits<T_, kHeadDim_>::kDqChunk, "the dQ placement of the cp.async kernel");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= (65536 / kThreads) / 8 * 8 * kThreads,
+                "register split over the launch allocation");
+  static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
+};
+
 // The dQ accumulator placement of the sm_90 kernel: per 64-row block, warp tiles of 16 rows x
 // kDqChunk columns (warp wq of the warpgroup: rows 16 wq; column chunk of the head dim), 16-byte
 // reductions.

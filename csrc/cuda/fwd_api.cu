@@ -22,6 +22,7 @@
 #include "cuda/api_checks.h"
 #include "cuda/fwd_args.cuh"
 #include "cuda/inference_api.cuh"
+#include "cuda/tma_maps.h"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
 
@@ -78,86 +79,14 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   return false;
 }
 
-// The driver's tensor-map encoder (null when the driver has none).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    (void)cudaGetLastError();
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
-// Q, K and V of a dense call as the warp-specialised kernel's tensor maps (FwdTmaArgs): rank 4
-// {head dim, rows, heads, batch} (byte strides: row, head, batch), boxes {64, tile rows, 1, 1}, the
-// 128-byte swizzle; elements past the head dim or the rows read as zeros. False when the driver has
-// no tensor maps or refuses a stride, or a stride is zero or negative (the cp.async kernel runs
-// instead). Recent maps are kept per host thread: a map depends only on these inputs, so calls on
-// the same tensors (a model's weights-sized caches, back-to-back calls) skip the driver's encoding.
+// Q, K and V of a dense call as the warp-specialised kernel's tensor maps (FwdTmaArgs; tma_maps.h):
+// Q in boxes of a tile's rows, K and V in boxes of a key block. False when a map cannot be made
+// (the cp.async kernel runs instead).
 bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  struct Key {
-    const void* base;
-    cuuint64_t dims[4];
-    cuuint64_t strides[3];
-    cuuint32_t box_rows;
-    bool operator==(const Key& o) const {
-      return base == o.base && box_rows == o.box_rows && std::equal(dims, dims + 4, o.dims) &&
-             std::equal(strides, strides + 3, o.strides);
-    }
-  };
-  struct Entry {
-    Key key;
-    CUtensorMap map;
-    bool used;
-  };
-  constexpr int kEntries = 16;
-  thread_local Entry recent[kEntries];
-  thread_local int next_slot = 0;
-  auto one = [&](const void* base, int rows, int heads, int64_t row, int64_t head, int64_t batch, int box_rows,
-                 CUtensorMap* m) {
-    // A dimension of extent 1 is never stepped: any valid stride will do there.
-    bool ok = true;
-    auto stride = [&ok](int64_t extent, int64_t elems) -> cuuint64_t {
-      if (extent <= 1) return 16;
-      if (elems <= 0) ok = false;
-      return cuuint64_t(elems) * 2;
-    };
-    Key k{};
-    k.base = base;
-    k.dims[0] = cuuint64_t(a.head_dim), k.dims[1] = cuuint64_t(rows), k.dims[2] = cuuint64_t(heads);
-    k.dims[3] = cuuint64_t(a.batch);
-    k.strides[0] = stride(rows, row), k.strides[1] = stride(heads, head), k.strides[2] = stride(a.batch, batch);
-    k.box_rows = cuuint32_t(box_rows);
-    if (!ok) return false;
-    for (const Entry& e : recent) {
-      if (e.used && e.key == k) {
-        *m = e.map;
-        return true;
-      }
-    }
-    const cuuint32_t box[4] = {64, k.box_rows, 1, 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    if (encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), k.dims, k.strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-      return false;
-    Entry& e = recent[next_slot];
-    next_slot = (next_slot + 1) % kEntries;
-    e.key = k;
-    e.map = *m;
-    e.used = true;
-    return true;
-  };
   const int bn = sm90_ws_block_n(width);
-  return one(a.q, a.seqlen_q, a.heads, a.q_row, a.q_head, a.q_batch, block_m, &ta->tq) &&
-         one(a.k, a.seqlen_k, a.heads_k, a.k_row, a.k_head, a.k_batch, bn, &ta->tk) &&
-         one(a.v, a.seqlen_k, a.heads_k, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
+  return encode_rows_map(a.q, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_row, a.q_head, a.q_batch, block_m, &ta->tq) &&
+         encode_rows_map(a.k, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.k_row, a.k_head, a.k_batch, bn, &ta->tk) &&
+         encode_rows_map(a.v, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
 
 // FA_FWD_SM90=cpasync keeps dense calls on the cp.async wgmma kernel (comparisons).

@@ -170,6 +170,32 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
 #endif
 }
 
+// Bulk shared -> global reduction: adds `bytes` (a multiple of 16) of fp32 values at `src` into
+// `dst` (both 16-byte aligned) element by element, in the bulk async-group of the issuing thread.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's bulk groups are pending: kRead, until their sources have
+// been read (the shared memory may be rewritten); else until they are complete.
+template <int N, bool kRead>
+__device__ __forceinline__ void bulk_wait_group() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kRead)
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+  else
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // Tensor-map (TMA) copy of one box of a rank-4 map into shared memory at `dst`, completing on
 // mbarrier `bar`; coordinates innermost first. Out-of-range boxes are filled with zeros.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int c0, int c1, int c2, int c3, uint32_t bar) {

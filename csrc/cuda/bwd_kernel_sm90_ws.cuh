@@ -1,0 +1,254 @@
+// FlashAttention backward main kernel on Hopper (sm_90a), warp-specialised: the TMA mainloop beside
+// the cp.async one of bwd_kernel_sm90.cuh, for dense fp16 / bf16 calls at head-dim tiles 64 and 128
+// in the default mode (dQ summed by reductions; the deterministic mode, packed sequences and the
+// tile 256 keep the cp.async kernel).
+//
+// One thread block per (key block j of 128 keys, kv head, batch), 384 threads: a producer warpgroup
+// and two consumer warpgroups. The block walks the 64-row query blocks i of every query head of the
+// GQA group that see its keys, as the cp.async kernel does with its key split:
+//   - producer warp 0, one thread: K_j and V_j once, then per block i Q_i and dO_i as tensor-map
+//     copies into the 128-byte swizzled layout and the lse2 / dsum slices as bulk copies, into a
+//     ring of kStages stages; a stage completes on its "full" mbarrier (expect-tx) and is refilled
+//     after its "empty" mbarrier has seen every consumer warp.
+//   - producer warp 1, one thread, the dQ writer: per block i, once every consumer warp has put its
+//     share of dQ_i (this key block's part, fp32) into the dQ buffer, in the workspace's fragment
+//     order (DqLayout, sm90_dq_layout), it adds the whole 64-row image into the fp32 workspace with
+//     one bulk reduce-add (cp.reduce.async.bulk .add.f32) and hands the buffer back once the copy
+//     engine has read it. Several key blocks add into the same rows; L2 does the additions.
+//   - consumer warpgroup w (setmaxnreg up), keys [64w, 64w + 64): S^T = K_j Q_i^T and dP^T =
+//     V_j dO_i^T (SS wgmma), P^T and dS^T in registers (sm90_bwd_pds), dS^T into shared memory (two
+//     buffers, alternating per block), dV += P^T dO_i and dK += dS^T Q_i (RS wgmma; dK, dV stay in
+//     registers for the whole walk), then a named barrier of the 256 consumer threads (both halves
+//     of dS^T written) and dQ_i = dS K_j for its half of the columns (SS wgmma), into the dQ buffer.
+// No consumer warp issues a global load or a global reduction; the producer joins no barrier after
+// the set-up. Two dS^T buffers make one consumer barrier per block enough: a warpgroup writing
+// buffer i % 2 has passed block i-1's barrier, which the other reaches only after block i-2's dQ
+// product (the last reader of that buffer) is complete.
+#pragma once
+#include "cuda/bwd_kernel_sm90.cuh"
+
+namespace fa {
+namespace cuda {
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __grid_constant__ BwdTmaArgs ta) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = typename Tr::T;
+  constexpr int W = Tr::kHeadDim;
+  constexpr int BM = Tr::kBlockM;
+  constexpr int BN = Tr::kBlockN;
+  constexpr int kCB = Tr::kColBlocks;
+  constexpr int S = Tr::kStages;
+  constexpr int NQ = Tr::kDqCols;
+  const BwdArgs& a = ta.a;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* const smem = smem_raw + (base - raw);
+  const uint32_t sK = base + Tr::kOffK, sV = base + Tr::kOffV;
+  const uint32_t sQ = base + Tr::kOffQ, sdO = base + Tr::kOffDo;
+  const uint32_t sdS = base + Tr::kOffDs, sDq = base + Tr::kOffDq;
+  float* const sL = reinterpret_cast<float*>(smem + Tr::kOffL);
+  float* const sD = reinterpret_cast<float*>(smem + Tr::kOffD);
+  const uint32_t bar_kv = base + Tr::kOffBar;
+  const uint32_t bar_qf = bar_kv + 8, bar_qe = bar_qf + 8 * S;
+  const uint32_t bar_dqf = bar_qe + 8 * S, bar_dqe = bar_dqf + 8;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int wg = warp >> 2;
+  // Block order as the cp.async kernel's: the key blocks of a head next to each other.
+  const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
+  const int n_block = static_cast<int>(blockIdx.x % n_nb);
+  const int bh = static_cast<int>(blockIdx.x / n_nb);
+  const int hk = bh % a.heads_k;
+  const int b = bh / a.heads_k;
+  const SeqInfo seq = bwd_seq(a, b);
+  const int Nq = seq.nq, Nk = seq.nk;
+  const int key0 = n_block * BN;
+  int m_begin, m_end;
+  bwd_row_blocks<BM, BN>(a, seq, key0, &m_begin, &m_end);
+  const int n_m = max(0, m_end - m_begin);
+  const int total = n_m * a.group;  // blocks i: (query head of the group, row block), head-major
+  const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
+  // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m.
+  auto head_of = [&](int it) { return hk * a.group + it / n_m; };
+  auto row0_of = [&](int it) { return (m_begin + it % n_m) * BM; };
+
+  if (tid == 0) {
+    mbar_init(bar_kv, 1);
+    for (int s = 0; s < S; ++s) {
+      mbar_init(bar_qf + 8 * s, 1);
+      mbar_init(bar_qe + 8 * s, 8);  // the consumer warps
+    }
+    mbar_init(bar_dqf, 8);
+    mbar_init(bar_dqe, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    sm90::setmaxnreg_dec<Tr::kProducerRegs>();
+    if (tid == 0) {
+      // Loads. Fill f of stage f % S waits for the consumers' release of fill f - S.
+      mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileKV);
+#pragma unroll
+      for (int cb = 0; cb < kCB; ++cb) {
+        tma_load_4d(sK + cb * BN * 128, &ta.tk, cb * 64, key0, hk, b, bar_kv);
+        tma_load_4d(sV + cb * BN * 128, &ta.tv, cb * 64, key0, hk, b, bar_kv);
+      }
+      for (int it = 0; it < total; ++it) {
+        const int st = it % S;
+        if (it >= S) mbar_wait(bar_qe + 8 * st, ((it / S) - 1) & 1);
+        const int hq = head_of(it), row0 = row0_of(it);
+        const uint32_t full = bar_qf + 8 * st;
+        mbar_arrive_expect_tx(full, 2 * Tr::kTileQ + 2 * BM * 4);
+#pragma unroll
+        for (int cb = 0; cb < kCB; ++cb) {
+          tma_load_4d(sQ + st * Tr::kTileQ + cb * BM * 128, &ta.tq, cb * 64, row0, hq, b, full);
+          tma_load_4d(sdO + st * Tr::kTileQ + cb * BM * 128, &ta.tdo, cb * 64, row0, hq, b, full);
+        }
+        const int64_t roff = ws_b + hq * a.ws_head + row0;
+        bulk_g2s(smem_u32(sL + st * BM), a.lse2 + roff, BM * 4, full);
+        bulk_g2s(smem_u32(sD + st * BM), a.dsum + roff, BM * 4, full);
+      }
+    } else if (tid == 32) {
+      // dQ writer.
+      for (int it = 0; it < total; ++it) {
+        mbar_wait(bar_dqf, it & 1);
+        float* const dst = a.dq_acc + (ws_b + head_of(it) * a.ws_head + row0_of(it)) * W;
+        bulk_reduce_add_f32(dst, sDq, Tr::kTileDq);
+        bulk_commit_group();
+        bulk_wait_group<0, true>();
+        mbar_arrive(bar_dqe);
+      }
+      bulk_wait_group<0, false>();
+    }
+    return;
+  }
+  sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
+
+  // Consumers: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
+  // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
+  const int cw = wg - 1;
+  const int wq = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int wkey0 = cw * 64;
+
+  // Descriptors (as the cp.async kernel's). K-major: 8-row groups 1024 bytes apart, k-step ks at
+  // column block ks / 4, byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
+  // blocks rows x 128 bytes apart.
+  auto kstep = [](int ks, int rows) -> uint64_t {
+    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  };
+  constexpr uint64_t kMnStep = 2048 >> 4;
+  constexpr uint64_t kStage = Tr::kTileQ >> 4;
+  constexpr uint64_t kDsBuf = Tr::kTileP >> 4;
+  const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);  // A of S^T: this warpgroup's keys
+  const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);  // A of dP^T
+  const uint64_t dQ_b = sm90::smem_desc(sQ, 16, 1024);                // B of S^T: the 64 rows
+  const uint64_t ddO_b = sm90::smem_desc(sdO, 16, 1024);              // B of dP^T
+  const uint64_t ddS_mn = sm90::smem_desc(sdS, BN * 128, 1024);       // A of dQ (MN-major)
+  const uint64_t ddO_mn = sm90::smem_desc(sdO, BM * 128, 1024);       // B of dV (MN-major)
+  const uint64_t dQ_mn = sm90::smem_desc(sQ, BM * 128, 1024);         // B of dK (MN-major)
+  const int colq = cw * NQ;                                           // first dQ column
+  const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
+  // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4).
+  float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
+
+  float dv[W / 2], dk[W / 2];
+#pragma unroll
+  for (int i = 0; i < W / 2; ++i) dv[i] = dk[i] = 0.f;
+
+  auto release = [&](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+  mbar_wait(bar_kv, 0);
+  for (int it = 0; it < total; ++it) {
+    const int st = it % S;
+    const int db = it & 1;  // dS^T buffer
+    const int row0 = row0_of(it);
+    mbar_wait(bar_qf + 8 * st, (it / S) & 1);
+
+    // S^T and dP^T: this warpgroup's 64 keys x the 64 rows.
+    float s[BM / 8][4], dp[BM / 8][4];
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < W / 16; ++ks)
+      sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+#pragma unroll
+    for (int ks = 0; ks < W / 16; ++ks)
+      sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::reg_fence<BM / 2>(&s[0][0]);
+    sm90::reg_fence<BM / 2>(&dp[0][0]);
+
+    sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
+                               Nk, key0, BN, row0, BM, wkey0 + wq * 16 + g, 2 * t);
+    sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
+
+    // dV += P^T dO, dK += dS^T Q: the S^T / dP^T accumulators of adjacent n8 tiles are the A
+    // fragments.
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      dsa[kk][0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
+      dsa[kk][1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
+      dsa[kk][2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      dsa[kk][3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+    }
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      sm90::Wgmma<T, W>::rs(dv, pa[kk], ddO_mn + st * kStage + kk * kMnStep, 1);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+      sm90::Wgmma<T, W>::rs(dk, dsa[kk], dQ_mn + st * kStage + kk * kMnStep, 1);
+    sm90::wgmma_commit();
+
+    sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
+    sm90::wgmma_fence();
+
+    // dQ share = dS K_j for this warpgroup's columns, over all 128 keys.
+    float dq[NQ / 2];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::reg_fence<NQ / 2>(dq);
+    sm90::reg_fence<W / 2>(dv);
+    sm90::reg_fence<W / 2>(dk);
+    sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+    sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+    release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
+
+    // Into the dQ buffer, once the writer has read the previous block's image out of it.
+    if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+      for (int nt = 0; nt < NQ / 8; nt += 2)
+        *reinterpret_cast<float4*>(sdq_warp + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
+            make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
+    sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+    release(bar_dqf);
+  }
+
+  // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
+  sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
+#else
+  __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
+#endif
+}
+
+}  // namespace cuda
+}  // namespace fa
