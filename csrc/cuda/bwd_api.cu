@@ -77,6 +77,11 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
     if (a.dq_sem != nullptr || a.cu_seqlens_q != nullptr || a.dq_acc == nullptr || !sm90_bwd_ws_enabled()) return false;
     BwdTmaArgs ta;
     ta.a = a;
+    static const int overlap = [] {
+      const char* e = getenv("FA_BWD_WS_OVERLAP");
+      return e == nullptr || e[0] == '\0' ? 2 : e[0] == '0' ? 0 : e[0] == '1' ? 1 : 2;
+    }();
+    ta.overlap = overlap;
     constexpr int kRows = Sm90BwdWsTraits<T, W>::kBlockM, kKeys = Sm90BwdWsTraits<T, W>::kBlockN;
     if (!encode_rows_map(a.q, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_row, a.q_head, a.q_batch, kRows, &ta.tq) ||
         !encode_rows_map(a.dout, a.head_dim, a.seqlen_q, a.heads, a.batch, a.do_row, a.do_head, a.do_batch, kRows,

@@ -105,6 +105,55 @@ __device__ __forceinline__ void sm90_bwd_pds_tile(const BwdArgs& a, float (&s)[N
     }
   }
 }
+// The same in two steps without a score modifier, so that each can run while a product is in
+// flight (bwd_kernel_sm90_ws.cuh): P^T in place of S^T (masked as above), then dS^T = P^T (dP^T - D)
+// in place of dP^T and into shared memory.
+template <int NS, bool kMask>
+__device__ __forceinline__ void sm90_bwd_p_tile(const BwdArgs& a, float (&s)[NS / 8][4], const float* l_s,
+                                                const KeyWindow& w, int key0, int row0, int key_l, int row_l) {
+  const float sl2 = a.p_scale_log2;
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const int r = row_l + 8 * j;
+    const float2 lse = *reinterpret_cast<const float2*>(l_s + r);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float p0 = fast_exp2(fmaf(s[j][2 * hr], sl2, -lse.x));
+      float p1 = fast_exp2(fmaf(s[j][2 * hr + 1], sl2, -lse.y));
+      if constexpr (kMask) {
+        const int kk = key0 + key_l + 8 * hr;
+        if (kk < w.lo(row0 + r) || kk >= w.hi(row0 + r)) p0 = 0.f;
+        if (kk < w.lo(row0 + r + 1) || kk >= w.hi(row0 + r + 1)) p1 = 0.f;
+      }
+      s[j][2 * hr] = p0, s[j][2 * hr + 1] = p1;
+    }
+  }
+}
+template <int NS>
+__device__ __forceinline__ void sm90_bwd_p(const BwdArgs& a, float (&s)[NS / 8][4], const float* l_s, int nq, int nk,
+                                           int key0, int bn, int row0, int bm, int key_l, int row_l) {
+  const KeyWindow w(SeqInfo{nq, nk, 0, 0}, a.window_left, a.window_right);
+  if (w.needs_mask(key0, bn, row0, row0 + bm - 1)) sm90_bwd_p_tile<NS, true>(a, s, l_s, w, key0, row0, key_l, row_l);
+  else sm90_bwd_p_tile<NS, false>(a, s, l_s, w, key0, row0, key_l, row_l);
+}
+template <typename T, int NS>
+__device__ __forceinline__ void sm90_bwd_ds(const float (&p)[NS / 8][4], float (&dp)[NS / 8][4], const float* d_s,
+                                            unsigned char* sdst, int key_l, int row_l) {
+#pragma unroll
+  for (int j = 0; j < NS / 8; ++j) {
+    const int r = row_l + 8 * j;
+    const float2 dsum = *reinterpret_cast<const float2*>(d_s + r);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int key = key_l + 8 * hr;
+      const float ds0 = p[j][2 * hr] * (dp[j][2 * hr] - dsum.x), ds1 = p[j][2 * hr + 1] * (dp[j][2 * hr + 1] - dsum.y);
+      const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
+      *reinterpret_cast<uint32_t*>(sdst + off) = pack2<T>(ds0, ds1);
+      dp[j][2 * hr] = ds0, dp[j][2 * hr + 1] = ds1;
+    }
+  }
+}
+
 // The version for this block: the mask only where the block [key0, key0 + bn) x [row0, row0 + bm)
 // crosses a bound of the window or the keys, the score modifier only with a softcap.
 template <typename T, int NS, bool kStoreP>

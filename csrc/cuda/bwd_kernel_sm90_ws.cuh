@@ -30,7 +30,7 @@
 namespace fa {
 namespace cuda {
 
-template <class Tr>
+template <class Tr, int kWalk>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __grid_constant__ BwdTmaArgs ta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
@@ -166,82 +166,182 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  mbar_wait(bar_kv, 0);
-  for (int it = 0; it < total; ++it) {
-    const int st = it % S;
-    const int db = it & 1;  // dS^T buffer
-    const int row0 = row0_of(it);
-    mbar_wait(bar_qf + 8 * st, (it / S) & 1);
-
-    // S^T and dP^T: this warpgroup's 64 keys x the 64 rows.
-    float s[BM / 8][4], dp[BM / 8][4];
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
-#pragma unroll
-    for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::reg_fence<BM / 2>(&s[0][0]);
-    sm90::reg_fence<BM / 2>(&dp[0][0]);
-
-    sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
-                               Nk, key0, BN, row0, BM, wkey0 + wq * 16 + g, 2 * t);
-    sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-
-    // dV += P^T dO, dK += dS^T Q: the S^T / dP^T accumulators of adjacent n8 tiles are the A
-    // fragments.
-    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      dsa[kk][0] = pack2<T>(dp[2 * kk][0], dp[2 * kk][1]);
-      dsa[kk][1] = pack2<T>(dp[2 * kk][2], dp[2 * kk][3]);
-      dsa[kk][2] = pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-      dsa[kk][3] = pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-    }
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::Wgmma<T, W>::rs(dv, pa[kk], ddO_mn + st * kStage + kk * kMnStep, 1);
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-      sm90::Wgmma<T, W>::rs(dk, dsa[kk], dQ_mn + st * kStage + kk * kMnStep, 1);
-    sm90::wgmma_commit();
-
-    sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
-    sm90::wgmma_fence();
-
-    // dQ share = dS K_j for this warpgroup's columns, over all 128 keys.
-    float dq[NQ / 2];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::reg_fence<NQ / 2>(dq);
-    sm90::reg_fence<W / 2>(dv);
-    sm90::reg_fence<W / 2>(dk);
-    sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-    sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-    release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
-
-    // Into the dQ buffer, once the writer has read the previous block's image out of it.
-    if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
+  const int key_l = wkey0 + wq * 16 + g, row_l = 2 * t;  // this lane's first key and row
+  auto store_dq = [&](const float (&dq)[NQ / 2]) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
       for (int nt = 0; nt < NQ / 8; nt += 2)
         *reinterpret_cast<float4*>(sdq_warp + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
             make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
-    sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
-    release(bar_dqf);
-  }
+  };
+  auto issue_dvdk = [&](uint32_t (&x)[BM / 16][4], float* acc, uint64_t b_desc) {
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) sm90::Wgmma<T, W>::rs(acc, x[kk], b_desc + kk * kMnStep, 1);
+  };
+  // The A fragments of dV / dK from the S^T / dP^T-shaped accumulators (adjacent n8 tiles).
+  auto pack_a = [&](const float (&x)[BM / 8][4], uint32_t (&y)[BM / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      y[kk][0] = pack2<T>(x[2 * kk][0], x[2 * kk][1]);
+      y[kk][1] = pack2<T>(x[2 * kk][2], x[2 * kk][3]);
+      y[kk][2] = pack2<T>(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+      y[kk][3] = pack2<T>(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+    }
+  };
+
+  // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
+  // and dS^T together, dV / dK, dQ, and dQ into the buffer before the next block starts.
+  auto walk_plain = [&]() {
+    for (int it = 0; it < total; ++it) {
+      const int st = it % S;
+      const int db = it & 1;  // dS^T buffer
+      const int row0 = row0_of(it);
+      mbar_wait(bar_qf + 8 * st, (it / S) & 1);
+
+      // S^T and dP^T: this warpgroup's 64 keys x the 64 rows.
+      float s[BM / 8][4], dp[BM / 8][4];
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence<BM / 2>(&s[0][0]);
+      sm90::reg_fence<BM / 2>(&dp[0][0]);
+
+      sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
+                                 Nk, key0, BN, row0, BM, key_l, row_l);
+      sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
+
+      // dV += P^T dO, dK += dS^T Q.
+      uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+      pack_a(s, pa);
+      pack_a(dp, dsa);
+      sm90::wgmma_fence();
+      issue_dvdk(pa, dv, ddO_mn + st * kStage);
+      issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+      sm90::wgmma_commit();
+
+      sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
+      sm90::wgmma_fence();
+
+      // dQ share = dS K_j for this warpgroup's columns, over all 128 keys.
+      float dq[NQ / 2];
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence<NQ / 2>(dq);
+      sm90::reg_fence<W / 2>(dv);
+      sm90::reg_fence<W / 2>(dk);
+      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+      release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
+
+      // Into the dQ buffer, once the writer has read the previous block's image out of it.
+      if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
+      store_dq(dq);
+      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+      release(bar_dqf);
+    }
+  };
+
+  // Overlapped walks (no score modifier): P^T is computed while dP^T is in flight and dS^T while
+  // dV += P^T dO is (kWalk 1); kWalk 2 also issues block i+1's S^T / dP^T once block i's dV / dK
+  // are done, so that block i's dQ goes into the buffer (and its Q / dO stage back to the producer)
+  // while the tensor cores work on block i+1. Its last step issues the last block's S^T / dP^T once
+  // more (results unused), so that every step leaves the same wgmma groups in flight: dQ of block
+  // i-1, then S^T, dP^T of block i (groups complete in order).
+  auto walk_overlapped = [&]() {
+    constexpr bool kAhead = kWalk == 2;
+    float s[BM / 8][4], dp[BM / 8][4], dq[NQ / 2];
+    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+    auto issue_sdp = [&](int it) {
+      const int st = it % S;
+      mbar_wait(bar_qf + 8 * st, (it / S) & 1);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+      sm90::wgmma_commit();
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+      sm90::wgmma_commit();
+    };
+    // Block it's products are complete: its stage back to the producer, its dQ into the buffer.
+    auto flush = [&](int it) {
+      sm90::reg_fence<NQ / 2>(dq);
+      release(bar_qe + 8 * (it % S));
+      if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
+      store_dq(dq);
+      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+      release(bar_dqf);
+    };
+    if (kAhead && total > 0) issue_sdp(0);
+    for (int it = 0; it < total; ++it) {
+      const int st = it % S;
+      const int db = it & 1;
+      const int row0 = row0_of(it);
+      if constexpr (kAhead) {
+        sm90::wgmma_wait<2>();  // dQ of block it-1
+        if (it > 0) flush(it - 1);
+      } else {
+        issue_sdp(it);
+      }
+      sm90::wgmma_wait<1>();  // S^T
+      sm90::reg_fence<BM / 2>(&s[0][0]);
+      sm90_bwd_p<BM>(a, s, sL + st * BM, Nq, Nk, key0, BN, row0, BM, key_l, row_l);
+      pack_a(s, pa);
+      sm90::wgmma_fence();
+      issue_dvdk(pa, dv, ddO_mn + st * kStage);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dP^T (dV may still run)
+      sm90::reg_fence<BM / 2>(&dp[0][0]);
+      sm90_bwd_ds<T, BM>(s, dp, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, key_l, row_l);
+      sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
+      pack_a(dp, dsa);
+      sm90::wgmma_fence();
+      issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+      sm90::wgmma_commit();
+      sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
+      sm90::wgmma_commit();
+      if constexpr (kAhead) {
+        sm90::wgmma_wait<1>();  // dV, dK (pa, dsa free)
+        sm90::reg_fence<W / 2>(dv);
+        sm90::reg_fence<W / 2>(dk);
+        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+        issue_sdp(min(it + 1, total - 1));
+      } else {
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<W / 2>(dv);
+        sm90::reg_fence<W / 2>(dk);
+        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+        flush(it);
+      }
+    }
+    if (kAhead && total > 0) {
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence<BM / 2>(&s[0][0]);
+      sm90::reg_fence<BM / 2>(&dp[0][0]);
+      flush(total - 1);
+    }
+  };
+
+  mbar_wait(bar_kv, 0);
+  if constexpr (kWalk == 0) walk_plain();
+  else walk_overlapped();
 
   // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
   sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);

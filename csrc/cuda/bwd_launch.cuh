@@ -174,8 +174,13 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
                                             std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
                                             " thread blocks exceeds the grid limit 2^31-1");
-  const auto kernel = &bwd_kernel_sm90_ws<Tr>;
-  const fa_status st = bwd_smem_optin<Tr, 4>(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
+  // The walk (bwd_kernel_sm90_ws.cuh): plain with a score modifier, else ta.overlap (1 or 2).
+  const int walk = a.softcap > 0.f ? 0 : ta.overlap;
+  const auto kernel = walk == 2 ? &bwd_kernel_sm90_ws<Tr, 2> : walk == 1 ? &bwd_kernel_sm90_ws<Tr, 1> : &bwd_kernel_sm90_ws<Tr, 0>;
+  const void* kp = reinterpret_cast<const void*>(kernel);
+  const fa_status st = walk == 2   ? bwd_smem_optin<Tr, 6>(kp, Tr::kSmemBytes)
+                       : walk == 1 ? bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes)
+                                   : bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
