@@ -79,7 +79,7 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
     ta.a = a;
     static const int overlap = [] {
       const char* e = getenv("FA_BWD_WS_OVERLAP");
-      return e == nullptr || e[0] == '\0' ? 2 : e[0] == '0' ? 0 : e[0] == '1' ? 1 : 2;
+      return e == nullptr || e[0] == '\0' ? -1 : e[0] == '0' ? 0 : 1;
     }();
     ta.overlap = overlap;
     constexpr int kRows = Sm90BwdWsTraits<T, W>::kBlockM, kKeys = Sm90BwdWsTraits<T, W>::kBlockN;

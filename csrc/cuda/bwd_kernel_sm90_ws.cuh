@@ -20,6 +20,8 @@
 //     buffers, alternating per block), dV += P^T dO_i and dK += dS^T Q_i (RS wgmma; dK, dV stay in
 //     registers for the whole walk), then a named barrier of the 256 consumer threads (both halves
 //     of dS^T written) and dQ_i = dS K_j for its half of the columns (SS wgmma), into the dQ buffer.
+// Two walks of the consumers: the plain one (S^T / dP^T, then P^T and dS^T together) and, at W 128
+// without a score modifier, the overlapped one (P^T while dP^T is in flight, dS^T while dV is).
 // No consumer warp issues a global load or a global reduction; the producer joins no barrier after
 // the set-up. Two dS^T buffers make one consumer barrier per block enough: a warpgroup writing
 // buffer i % 2 has passed block i-1's barrier, which the other reaches only after block i-2's dQ
@@ -251,18 +253,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     }
   };
 
-  // Overlapped walks (no score modifier): P^T is computed while dP^T is in flight and dS^T while
-  // dV += P^T dO is (kWalk 1); kWalk 2 also issues block i+1's S^T / dP^T once block i's dV / dK
-  // are done, so that block i's dQ goes into the buffer (and its Q / dO stage back to the producer)
-  // while the tensor cores work on block i+1. Its last step issues the last block's S^T / dP^T once
-  // more (results unused), so that every step leaves the same wgmma groups in flight: dQ of block
-  // i-1, then S^T, dP^T of block i (groups complete in order).
+  // Overlapped walk (no score modifier): P^T is computed while dP^T is in flight and dS^T while
+  // dV += P^T dO is. (Issuing block i+1's S^T / dP^T before block i's dQ goes out leaves wgmmas in
+  // flight across the loop's back edge, and ptxas then serialises every wgmma of the kernel: 35%
+  // slower; bench/NOTES-bwd.md.)
   auto walk_overlapped = [&]() {
-    constexpr bool kAhead = kWalk == 2;
     float s[BM / 8][4], dp[BM / 8][4], dq[NQ / 2];
     uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-    auto issue_sdp = [&](int it) {
+    for (int it = 0; it < total; ++it) {
       const int st = it % S;
+      const int db = it & 1;
+      const int row0 = row0_of(it);
       mbar_wait(bar_qf + 8 * st, (it / S) & 1);
       sm90::wgmma_fence();
 #pragma unroll
@@ -273,27 +274,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       for (int ks = 0; ks < W / 16; ++ks)
         sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
       sm90::wgmma_commit();
-    };
-    // Block it's products are complete: its stage back to the producer, its dQ into the buffer.
-    auto flush = [&](int it) {
-      sm90::reg_fence<NQ / 2>(dq);
-      release(bar_qe + 8 * (it % S));
-      if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
-      store_dq(dq);
-      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
-      release(bar_dqf);
-    };
-    if (kAhead && total > 0) issue_sdp(0);
-    for (int it = 0; it < total; ++it) {
-      const int st = it % S;
-      const int db = it & 1;
-      const int row0 = row0_of(it);
-      if constexpr (kAhead) {
-        sm90::wgmma_wait<2>();  // dQ of block it-1
-        if (it > 0) flush(it - 1);
-      } else {
-        issue_sdp(it);
-      }
       sm90::wgmma_wait<1>();  // S^T
       sm90::reg_fence<BM / 2>(&s[0][0]);
       sm90_bwd_p<BM>(a, s, sL + st * BM, Nq, Nk, key0, BN, row0, BM, key_l, row_l);
@@ -315,27 +295,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       for (int kk = 0; kk < BN / 16; ++kk)
         sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
       sm90::wgmma_commit();
-      if constexpr (kAhead) {
-        sm90::wgmma_wait<1>();  // dV, dK (pa, dsa free)
-        sm90::reg_fence<W / 2>(dv);
-        sm90::reg_fence<W / 2>(dk);
-        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-        issue_sdp(min(it + 1, total - 1));
-      } else {
-        sm90::wgmma_wait<0>();
-        sm90::reg_fence<W / 2>(dv);
-        sm90::reg_fence<W / 2>(dk);
-        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-        flush(it);
-      }
-    }
-    if (kAhead && total > 0) {
       sm90::wgmma_wait<0>();
-      sm90::reg_fence<BM / 2>(&s[0][0]);
-      sm90::reg_fence<BM / 2>(&dp[0][0]);
-      flush(total - 1);
+      sm90::reg_fence<NQ / 2>(dq);
+      sm90::reg_fence<W / 2>(dv);
+      sm90::reg_fence<W / 2>(dk);
+      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+      release(bar_qe + 8 * st);
+      if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
+      store_dq(dq);
+      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+      release(bar_dqf);
     }
   };
 

@@ -174,13 +174,13 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
                                             std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
                                             " thread blocks exceeds the grid limit 2^31-1");
-  // The walk (bwd_kernel_sm90_ws.cuh): plain with a score modifier, else ta.overlap (1 or 2).
-  const int walk = a.softcap > 0.f ? 0 : ta.overlap;
-  const auto kernel = walk == 2 ? &bwd_kernel_sm90_ws<Tr, 2> : walk == 1 ? &bwd_kernel_sm90_ws<Tr, 1> : &bwd_kernel_sm90_ws<Tr, 0>;
+  // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
+  // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
+  // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).
+  const int walk = a.softcap > 0.f ? 0 : ta.overlap >= 0 ? ta.overlap : W == 128 ? 1 : 0;
+  const auto kernel = walk == 1 ? &bwd_kernel_sm90_ws<Tr, 1> : &bwd_kernel_sm90_ws<Tr, 0>;
   const void* kp = reinterpret_cast<const void*>(kernel);
-  const fa_status st = walk == 2   ? bwd_smem_optin<Tr, 6>(kp, Tr::kSmemBytes)
-                       : walk == 1 ? bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes)
-                                   : bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes);
+  const fa_status st = walk == 1 ? bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes) : bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
