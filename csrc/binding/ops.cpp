@@ -14,6 +14,9 @@
 #include <napi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -31,6 +34,27 @@
 namespace fab {
 
 namespace {
+
+// FA_PROFILE_HOST=1 (development): the host's time per forward / paged CUDA call in the binding,
+// split into the part before the core call, the core call (launches included) and the result
+// handles; printed at exit.
+struct HostProfile {
+  bool on = [] {
+    const char* e = getenv("FA_PROFILE_HOST");
+    return e != nullptr && e[0] == '1';
+  }();
+  double fill = 0, core = 0, result = 0;
+  long calls = 0;
+  ~HostProfile() {
+    if (on && calls > 0)
+      fprintf(stderr, "flash-attention-node host profile: %ld forward / paged CUDA calls, per call: %.2f us before the core call, %.2f us in it, %.2f us after\n",
+              calls, fill / calls, core / calls, result / calls);
+  }
+};
+HostProfile g_prof;
+inline double NowUs() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 size_t ElemSize(int dtype) { return dtype == FA_FLOAT32 ? 4 : 2; }
 
@@ -502,6 +526,7 @@ void FillForward(CudaCall& cc, IndexStaging& idx, int op, fa_fwd_params& p) {
 
 Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
   Napi::Env env = info.Env();
+  double t0 = g_prof.on ? NowUs() : 0;
   const int device = c.I(FA_F_device);
   DeviceContext* ctx = DeviceContext::Get(env, device);
   const std::string bad = ctx->Unusable();
@@ -539,7 +564,13 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       st = fa_rotary_cuda(&r, stream);
       p.q = r.out;
     }
+    const double t1 = g_prof.on ? NowUs() : 0;
     if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
+    if (g_prof.on) {
+      const double t2 = NowUs();
+      g_prof.fill += t1 - t0, g_prof.core += t2 - t1;
+      t0 = t2;
+    }
   } else if (op == FA_OP_backward) {
     fa_bwd_params p{};
     FillCommon(p, c);
@@ -598,7 +629,9 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
     throw Internal(env, "unknown op " + std::to_string(op));
   }
   if (st != FA_OK) cc.Fail(CoreError(ctx, st));
-  return cc.Result();
+  Napi::Value result = cc.Result();
+  if (g_prof.on && (op == FA_OP_forward || op == FA_OP_paged)) g_prof.result += NowUs() - t0, ++g_prof.calls;
+  return result;
 }
 #endif  // FA_WITH_CUDA
 
