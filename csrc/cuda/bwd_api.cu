@@ -57,8 +57,8 @@ bool try_run(int width, bool det, const BwdArgs& a, cudaStream_t s, fa_status* s
 // The Hopper (wgmma) main kernel: fp16 / bf16, atomic dQ, where sm90_kernels_usable().
 constexpr int kBwdWidthsSm90[] = {64, 128, 256};  // keep equal to WIDTHS_SM90 in generate_bwd_kernels.py
 
-// Its warp-specialised sibling (TMA loads, dQ through shared memory and bulk reduce-adds): dense
-// calls in the default mode at these tiles, where the tensor maps can be made.
+// Its warp-specialised sibling (TMA loads, dQ through shared memory and bulk reduce-adds, ordered
+// in deterministic mode): dense calls at these tiles, where the tensor maps can be made.
 // FA_BWD_SM90=cpasync keeps every call on the cp.async kernel (comparisons).
 constexpr int kBwdWidthsSm90Ws[] = {64, 128};  // keep equal to WIDTHS_SM90_WS in generate_bwd_kernels.py
 bool sm90_bwd_ws_enabled() {
@@ -74,7 +74,7 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
   constexpr bool kCompiled = width_built(W) && listed(kBwdWidthsSm90Ws, W) && !std::is_same<T, float>::value;
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
-    if (a.dq_sem != nullptr || a.cu_seqlens_q != nullptr || a.dq_acc == nullptr || !sm90_bwd_ws_enabled()) return false;
+    if (a.cu_seqlens_q != nullptr || a.dq_acc == nullptr || !sm90_bwd_ws_enabled()) return false;
     BwdTmaArgs ta;
     ta.a = a;
     static const int overlap = [] {
@@ -105,7 +105,7 @@ bool try_sm90(int width, bool det, BwdArgs* a, bool run, cudaStream_t s, fa_stat
   if constexpr (kCompiled) {
     if (width == W && (!det || a->dq_sem != nullptr) && sm90_kernels_usable()) {
       if (run) {
-        if (!(!det && try_sm90_ws<T, W>(*a, s, st))) *st = run_bwd_sm90<T, W>(*a, s);
+        if (!try_sm90_ws<T, W>(*a, s, st)) *st = run_bwd_sm90<T, W>(*a, s);
       } else {
         a->dql = sm90_dq_layout<Sm90BwdTraits<T, W>>();
       }

@@ -35,6 +35,23 @@ __device__ __forceinline__ void bwd_row_blocks(const BwdArgs& a, const SeqInfo& 
   *m_end = (max(0, min(seq.nq, rmax)) + BM - 1) / BM;
 }
 
+// Deterministic mode: the turn of key block n_block at row block mm, its rank among the key blocks
+// whose rows reach mm. They form a contiguous range [j_lo, n_block], found by bisection on the
+// nondecreasing last row block of a key block: the last row that sees key k is k - (nk - nq) + left
+// (KeyWindow::rows_of_keys); with no left bound every key block reaches the last row block, so
+// j_lo = 0.
+template <int BM, int BN>
+__device__ __forceinline__ int bwd_det_rank(const BwdArgs& a, int nq, int nk, int n_block, int mm) {
+  int lo = 0, hi = a.window_left >= 0 ? n_block : 0;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    const int rmx = min(mid * BN + BN, nk) - 1 - (nk - nq) + a.window_left + 1;
+    if ((max(0, min(nq, rmx)) + BM - 1) / BM > mm) hi = mid;
+    else lo = mid + 1;
+  }
+  return n_block - lo;
+}
+
 // Epilogue of a key block: dK (times scale) and dV from one warpgroup's m64nNC accumulators, this
 // lane's keys key_l, key_l + 8 (relative to key0; only those below nk exist) and columns col_l + 8j.
 template <typename T, int NC>
@@ -286,21 +303,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // B of dQ (MN-major): the K tile; each chunk adds its first column's offset.
   const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
 
-  // Deterministic mode: key block n_block's turn at row block mm is its rank among the key blocks
-  // whose rows reach mm: they form a contiguous range [j_lo, n_block], found by bisection on the
-  // nondecreasing last row block of a key block. The last row that sees key k is k - (Nk - Nq) +
-  // left (KeyWindow::rows_of_keys); with no left bound every key block reaches the last row block,
-  // so j_lo = 0.
-  auto rank_of = [&](int mm) {
-    int lo = 0, hi = a.window_left >= 0 ? n_block : 0;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      const int rmx = min(mid * BN + BN, Nk) - 1 - (Nk - Nq) + a.window_left + 1;
-      if ((max(0, min(Nq, rmx)) + BM - 1) / BM > mm) hi = mid;
-      else lo = mid + 1;
-    }
-    return n_block - lo;
-  };
+  // Deterministic mode: key block n_block's turn at row block mm (bwd_det_rank).
+  auto rank_of = [&](int mm) { return bwd_det_rank<BM, BN>(a, Nq, Nk, n_block, mm); };
   // In key-block-major order a key block's turns are normally free when it gets to them, and what
   // a turn costs is its two round trips (the acquire, the release's acknowledgement): there the
   // block takes the turns of two consecutive row blocks at once and hands both back after the

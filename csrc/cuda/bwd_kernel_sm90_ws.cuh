@@ -1,7 +1,7 @@
 // FlashAttention backward main kernel on Hopper (sm_90a), warp-specialised: the TMA mainloop beside
 // the cp.async one of bwd_kernel_sm90.cuh, for dense fp16 / bf16 calls at head-dim tiles 64 and 128
-// in the default mode (dQ summed by reductions; the deterministic mode, packed sequences and the
-// tile 256 keep the cp.async kernel).
+// (packed sequences and the tile 256 keep the cp.async kernel), in both modes: the deterministic
+// one orders the dQ writer's adds into each row block by key block (bwd_det_rank).
 //
 // One thread block per (key block j of 128 keys, kv head, batch), 384 threads: a producer warpgroup
 // and two consumer warpgroups. The block walks the 64-row query blocks i of every query head of the
@@ -11,7 +11,7 @@
 //     ring of kStages stages; a stage completes on its "full" mbarrier (expect-tx) and is refilled
 //     after its "empty" mbarrier has seen every consumer warp.
 //   - producer warp 1, one thread, the dQ writer: per block i, once every consumer warp has put its
-//     share of dQ_i (this key block's part, fp32) into the dQ buffer, in the workspace's fragment
+//     share of dQ_i (this key block's part, fp32) into dQ buffer i % 2, in the workspace's fragment
 //     order (DqLayout, sm90_dq_layout), it adds the whole 64-row image into the fp32 workspace with
 //     one bulk reduce-add (cp.reduce.async.bulk .add.f32) and hands the buffer back once the copy
 //     engine has read it. Several key blocks add into the same rows; L2 does the additions.
@@ -55,16 +55,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   float* const sD = reinterpret_cast<float*>(smem + Tr::kOffD);
   const uint32_t bar_kv = base + Tr::kOffBar;
   const uint32_t bar_qf = bar_kv + 8, bar_qe = bar_qf + 8 * S;
-  const uint32_t bar_dqf = bar_qe + 8 * S, bar_dqe = bar_dqf + 8;
+  const uint32_t bar_dqf = bar_qe + 8 * S, bar_dqe = bar_dqf + 16;  // two each (dQ buffers)
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int wg = warp >> 2;
-  // Block order as the cp.async kernel's: the key blocks of a head next to each other.
+  // Block order as the cp.async kernel's: the key blocks of a head next to each other, except in
+  // deterministic mode at W 64 (key block j of every head, then j + 1; bwd_kernel_sm90.cuh).
+  const bool det = a.dq_sem != nullptr;
+  const bool key_major = W == 64 && det;
   const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
-  const int n_block = static_cast<int>(blockIdx.x % n_nb);
-  const int bh = static_cast<int>(blockIdx.x / n_nb);
+  const unsigned n_bh = gridDim.x / n_nb;
+  const int n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
+  const int bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);
@@ -75,9 +79,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // blocks i: (query head of the group, row block), head-major
   const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
-  // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m.
+  // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (in
+  // deterministic mode from the last row block down, as the cp.async kernel walks then).
   auto head_of = [&](int it) { return hk * a.group + it / n_m; };
-  auto row0_of = [&](int it) { return (m_begin + it % n_m) * BM; };
+  auto row0_of = [&](int it) { return (det ? m_end - 1 - it % n_m : m_begin + it % n_m) * BM; };
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
@@ -85,8 +90,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       mbar_init(bar_qf + 8 * s, 1);
       mbar_init(bar_qe + 8 * s, 8);  // the consumer warps
     }
-    mbar_init(bar_dqf, 8);
-    mbar_init(bar_dqe, 1);
+    for (int d = 0; d < 2; ++d) {
+      mbar_init(bar_dqf + 8 * d, 8);
+      mbar_init(bar_dqe + 8 * d, 1);
+    }
     mbar_fence_init();
   }
   __syncthreads();
@@ -117,14 +124,33 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         bulk_g2s(smem_u32(sD + st * BM), a.dsum + roff, BM * 4, full);
       }
     } else if (tid == 32) {
-      // dQ writer.
+      // dQ writer, buffer it % 2 for block it. Deterministic mode: the add into a row block waits
+      // for this key block's turn (bwd_det_rank) and completes before the next key block's turn is
+      // released, so the sums run in key-block order; the consumers, one buffer ahead, do not wait.
       for (int it = 0; it < total; ++it) {
-        mbar_wait(bar_dqf, it & 1);
-        float* const dst = a.dq_acc + (ws_b + head_of(it) * a.ws_head + row0_of(it)) * W;
-        bulk_reduce_add_f32(dst, sDq, Tr::kTileDq);
+        const int d = it & 1;
+        mbar_wait(bar_dqf + 8 * d, (it >> 1) & 1);
+        const int64_t wrow = ws_b + head_of(it) * a.ws_head + row0_of(it);
+        float* const dst = a.dq_acc + wrow * W;
+        int* sem = nullptr;
+        int rank = 0;
+        if (det) {
+          static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
+          sem = a.dq_sem + (wrow >> 6);
+          rank = bwd_det_rank<BM, BN>(a, Nq, Nk, n_block, row0_of(it) / BM);
+          while (ld_acquire_gpu(sem) != rank) __nanosleep(32);
+          fence_proxy_async_global();  // the reduction after the acquire
+        }
+        bulk_reduce_add_f32(dst, sDq + d * Tr::kTileDq, Tr::kTileDq);
         bulk_commit_group();
-        bulk_wait_group<0, true>();
-        mbar_arrive(bar_dqe);
+        if (det) {
+          bulk_wait_group<0, false>();  // the adds done in global memory
+          fence_proxy_async_global();
+          st_release_gpu(sem, rank + 1);
+        } else {
+          bulk_wait_group<0, true>();
+        }
+        mbar_arrive(bar_dqe + 8 * d);
       }
       bulk_wait_group<0, false>();
     }
@@ -157,7 +183,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const uint64_t dQ_mn = sm90::smem_desc(sQ, BM * 128, 1024);         // B of dK (MN-major)
   const int colq = cw * NQ;                                           // first dQ column
   const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
-  // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4).
+  // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4) in buffer 0.
   float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
 
   float dv[W / 2], dk[W / 2];
@@ -169,13 +195,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     if (lane == 0) mbar_arrive(bar);
   };
   const int key_l = wkey0 + wq * 16 + g, row_l = 2 * t;  // this lane's first key and row
-  auto store_dq = [&](const float (&dq)[NQ / 2]) {
+  // Block it's dQ share into buffer it % 2, once the writer has read block it-2's image out of it.
+  auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
+    const int d = it & 1;
+    if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
+    float* const dst = sdq_warp + d * (Tr::kTileDq / 4);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
       for (int nt = 0; nt < NQ / 8; nt += 2)
-        *reinterpret_cast<float4*>(sdq_warp + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
+        *reinterpret_cast<float4*>(dst + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
             make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
+    sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+    release(bar_dqf + 8 * d);
   };
   auto issue_dvdk = [&](uint32_t (&x)[BM / 16][4], float* acc, uint64_t b_desc) {
 #pragma unroll
@@ -245,11 +277,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
       release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
 
-      // Into the dQ buffer, once the writer has read the previous block's image out of it.
-      if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
-      store_dq(dq);
-      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
-      release(bar_dqf);
+      store_dq(dq, it);
     }
   };
 
@@ -302,10 +330,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
       sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
       release(bar_qe + 8 * st);
-      if (it > 0) mbar_wait(bar_dqe, (it - 1) & 1);
-      store_dq(dq);
-      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
-      release(bar_dqf);
+      store_dq(dq, it);
     }
   };
 

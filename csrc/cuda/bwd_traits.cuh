@@ -210,7 +210,7 @@ struct Sm90BwdWsTraits {
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;  // K or V (bytes)
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;   // one stage of Q or dO
   static constexpr int kTileP = kBlockN * kBlockM * 2;    // one dS^T buffer, [key][row]
-  static constexpr int kTileDq = kBlockM * kHeadDim * 4;  // the fp32 dQ image of a row block
+  static constexpr int kTileDq = kBlockM * kHeadDim * 4;  // the fp32 dQ image of a row block (two buffers)
   static constexpr int kDqCols = kHeadDim / 2;            // dQ columns per consumer warpgroup
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -221,11 +221,11 @@ struct Sm90BwdWsTraits {
   static constexpr int kOffDo = kOffQ + kStages * kTileQ;
   static constexpr int kOffDs = kOffDo + kStages * kTileQ;
   static constexpr int kOffDq = kOffDs + 2 * kTileP;
-  static constexpr int kOffL = kOffDq + kTileDq;           // lse2 slices [kStages][kBlockM]
+  static constexpr int kOffL = kOffDq + 2 * kTileDq;       // lse2 slices [kStages][kBlockM]
   static constexpr int kOffD = kOffL + kStages * kBlockM * 4;  // dsum slices
   static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;
-  // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full, dQ empty.
-  static constexpr int kSmemBytes = 1024 + kOffBar + 8 * (3 + 2 * kStages);
+  // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full x 2, dQ empty x 2.
+  static constexpr int kSmemBytes = 1024 + kOffBar + 8 * (5 + 2 * kStages);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "tiles 64 and 128 (the key split of Sm90BwdTraits)");
   static_assert(kDqCols == Sm90BwdTraits<T_, kHeadDim_>::kDqChunk, "the dQ placement of the cp.async kernel");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");

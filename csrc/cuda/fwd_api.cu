@@ -82,11 +82,14 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
 // Q, K and V of a dense call as the warp-specialised kernel's tensor maps (FwdTmaArgs; tma_maps.h):
 // Q in boxes of a tile's rows, K and V in boxes of a key block. False when a map cannot be made
 // (the cp.async kernel runs instead).
+// Packed sequences (varlen) are one batch of total_q / total_k rows.
 bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
   const int bn = sm90_ws_block_n(width);
-  return encode_rows_map(a.q, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_row, a.q_head, a.q_batch, block_m, &ta->tq) &&
-         encode_rows_map(a.k, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.k_row, a.k_head, a.k_batch, bn, &ta->tk) &&
-         encode_rows_map(a.v, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
+  const bool packed = a.cu_seqlens_q != nullptr;
+  const int nq = packed ? a.total_q : a.seqlen_q, nk = packed ? a.total_k : a.seqlen_k, nb = packed ? 1 : a.batch;
+  return encode_rows_map(a.q, a.head_dim, nq, a.heads, nb, a.q_row, a.q_head, a.q_batch, block_m, &ta->tq) &&
+         encode_rows_map(a.k, a.head_dim, nk, a.heads_k, nb, a.k_row, a.k_head, a.k_batch, bn, &ta->tk) &&
+         encode_rows_map(a.v, a.head_dim, nk, a.heads_k, nb, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
 
 // FA_FWD_SM90=cpasync keeps dense calls on the cp.async wgmma kernel (comparisons).
@@ -168,7 +171,7 @@ template <typename T, bool kPaged>
 fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
   if constexpr (!kPaged && !std::is_same<T, float>::value) {
-    if (a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr && sm90_ws_enabled() &&
+    if (sm90_ws_enabled() &&
         (try_run_sm90_ws<T, 64>(width, a, s, &st) || try_run_sm90_ws<T, 128>(width, a, s, &st) ||
          try_run_sm90_ws<T, 192>(width, a, s, &st) || try_run_sm90_ws<T, 256>(width, a, s, &st)))
       return st;

@@ -1,5 +1,5 @@
 // FlashAttention forward on Hopper (sm_90a), warp-specialised: the TMA mainloop beside the cp.async
-// one of fwd_kernel_sm90.cuh, for dense fp16 / bf16 calls (no packed sequences, no paged K/V).
+// one of fwd_kernel_sm90.cuh, for dense and packed (varlen) fp16 / bf16 calls (not paged K/V).
 //
 // A persistent grid (one block per SM) of a producer and two consumer warpgroups (three at W 64); a
 // tile is a 64 x consumers-row Q block of one head, and the blocks draw tiles from a counter in
@@ -154,19 +154,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           n_blocks = max(w.n_max - w.n_min, 0);
         }
         const int hk = w.bc.h / a.group;
+        // Map coordinates: packed sequences are rows of one [total, heads, D] tensor (batch 0);
+        // rows of the next sequence that a ragged tile reads are masked (keys) or not stored (rows).
+        const bool packed = a.cu_seqlens_q != nullptr;
+        const int bm = packed ? 0 : w.bc.b;
+        const int q_row0 = static_cast<int>(w.seq.q_row0), k_row0 = static_cast<int>(w.seq.k_row0);
         auto load_k = [&](int n, int s, uint32_t ph) {
           if (c >= S) mbar_wait(bar_ke + 8 * s, ph);
           mbar_arrive_expect_tx(bar_kf + 8 * s, kTileKV);
 #pragma unroll
           for (int cb = 0; cb < kCB; ++cb)
-            tma_load_4d(sK + s * kTileKV + cb * BN * 128, &ta.tk, cb * 64, n * BN, hk, w.bc.b, bar_kf + 8 * s);
+            tma_load_4d(sK + s * kTileKV + cb * BN * 128, &ta.tk, cb * 64, k_row0 + n * BN, hk, bm, bar_kf + 8 * s);
         };
         auto load_v = [&](int n, int s, uint32_t ph) {
           if (c >= S) mbar_wait(bar_ve + 8 * s, ph);
           mbar_arrive_expect_tx(bar_vf + 8 * s, kTileKV);
 #pragma unroll
           for (int cb = 0; cb < kCB; ++cb)
-            tma_load_4d(sV + s * kTileKV + cb * BN * 128, &ta.tv, cb * 64, n * BN, hk, w.bc.b, bar_vf + 8 * s);
+            tma_load_4d(sV + s * kTileKV + cb * BN * 128, &ta.tv, cb * 64, k_row0 + n * BN, hk, bm, bar_vf + 8 * s);
         };
         // fill c / S of stage c % S waits for the consumers' release of the previous fill
         if (n_blocks > 0) load_k(w.n_max - 1, c % S, ((c / S) - 1) & 1);
@@ -176,7 +181,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           mbar_arrive_expect_tx(bar_qf, Tr::kTileQ);
 #pragma unroll
           for (int cb = 0; cb < kCB; ++cb)
-            tma_load_4d(sQ + cb * BM * 128, &ta.tq, cb * 64, w.row0, w.bc.h, w.bc.b, bar_qf);
+            tma_load_4d(sQ + cb * BM * 128, &ta.tq, cb * 64, q_row0 + w.row0, w.bc.h, bm, bar_qf);
         } else {
           mbar_arrive(bar_qf);  // the slot alone (a tile without keys, or the end)
         }

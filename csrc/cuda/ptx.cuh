@@ -207,6 +207,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int 
 #endif
 }
 
+// Orders this thread's generic-proxy accesses of global memory with its async-proxy (bulk copy)
+// ones.
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 // GPU-scope acquire load / release store of a 32-bit flag in global memory.
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
