@@ -26,6 +26,15 @@
 namespace fa {
 namespace cuda {
 
+// This thread block's key block and (batch, kv head): key blocks of a head next to each other, or
+// key-block-major (key block j of every head, then j + 1).
+__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool key_major, int* n_block, int* bh) {
+  const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
+  const unsigned n_bh = gridDim.x / n_nb;
+  *n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
+  *bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
+}
+
 // Row blocks [*m_begin, *m_end) of bm rows hold the rows that see any key of the key block at key0.
 template <int BM, int BN>
 __device__ __forceinline__ void bwd_row_blocks(const BwdArgs& a, const SeqInfo& seq, int key0, int* m_begin, int* m_end) {
@@ -227,10 +236,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // block (waiting one turn per key block before it); the short W 64 rows keep the lost L2 reuse
   // cheap (NOTES-bwd.md, deterministic backward, runs 10-13).
   const bool key_major = W == 64 && a.dq_sem != nullptr;
-  const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
-  const unsigned n_bh = gridDim.x / n_nb;
-  const int n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
-  const int bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
+  int n_block, bh;
+  bwd_block_of(a, key_major, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);

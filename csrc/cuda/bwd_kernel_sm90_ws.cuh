@@ -64,11 +64,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // Block order as the cp.async kernel's: the key blocks of a head next to each other, except in
   // deterministic mode at W 64 (key block j of every head, then j + 1; bwd_kernel_sm90.cuh).
   const bool det = a.dq_sem != nullptr;
-  const bool key_major = W == 64 && det;
-  const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
-  const unsigned n_bh = gridDim.x / n_nb;
-  const int n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
-  const int bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
+  int n_block, bh;
+  bwd_block_of(a, W == 64 && det, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);
@@ -224,33 +221,56 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     }
   };
 
+  // S^T and dP^T of block it: this warpgroup's 64 keys x the 64 rows, in one wgmma group or (two,
+  // a constant at each call) one group each.
+  auto issue_sdp = [&](bool two, int st, float (&s)[BM / 8][4], float (&dp)[BM / 8][4]) {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < W / 16; ++ks)
+      sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+    if (two) sm90::wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < W / 16; ++ks)
+      sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+    sm90::wgmma_commit();
+  };
+  // The end of block it (dV / dK in flight, dS^T written): once both warpgroups' dS^T are in
+  // shared memory, dQ share = dS K_j for this warpgroup's columns over all 128 keys; when every
+  // product is done, the stage goes back to the producer and the share into its dQ buffer.
+  auto finish = [&](int it, int st, int db, uint32_t (&pa)[BM / 16][4], uint32_t (&dsa)[BM / 16][4]) {
+    sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
+    sm90::wgmma_fence();
+    float dq[NQ / 2];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::reg_fence<NQ / 2>(dq);
+    sm90::reg_fence<W / 2>(dv);
+    sm90::reg_fence<W / 2>(dk);
+    sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+    sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+    release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
+    store_dq(dq, it);
+  };
+
   // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
-  // and dS^T together, dV / dK, dQ, and dQ into the buffer before the next block starts.
+  // and dS^T together, dV / dK, dQ.
   auto walk_plain = [&]() {
     for (int it = 0; it < total; ++it) {
       const int st = it % S;
       const int db = it & 1;  // dS^T buffer
       const int row0 = row0_of(it);
       mbar_wait(bar_qf + 8 * st, (it / S) & 1);
-
-      // S^T and dP^T: this warpgroup's 64 keys x the 64 rows.
       float s[BM / 8][4], dp[BM / 8][4];
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
-#pragma unroll
-      for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
-      sm90::wgmma_commit();
+      issue_sdp(false, st, s, dp);
       sm90::wgmma_wait<0>();
       sm90::reg_fence<BM / 2>(&s[0][0]);
       sm90::reg_fence<BM / 2>(&dp[0][0]);
-
       sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
                                  Nk, key0, BN, row0, BM, key_l, row_l);
       sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-
       // dV += P^T dO, dK += dS^T Q.
       uint32_t pa[BM / 16][4], dsa[BM / 16][4];
       pack_a(s, pa);
@@ -259,25 +279,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       issue_dvdk(pa, dv, ddO_mn + st * kStage);
       issue_dvdk(dsa, dk, dQ_mn + st * kStage);
       sm90::wgmma_commit();
-
-      sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
-      sm90::wgmma_fence();
-
-      // dQ share = dS K_j for this warpgroup's columns, over all 128 keys.
-      float dq[NQ / 2];
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::reg_fence<NQ / 2>(dq);
-      sm90::reg_fence<W / 2>(dv);
-      sm90::reg_fence<W / 2>(dk);
-      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-      release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
-
-      store_dq(dq, it);
+      finish(it, st, db, pa, dsa);
     }
   };
 
@@ -286,22 +288,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // flight across the loop's back edge, and ptxas then serialises every wgmma of the kernel: 35%
   // slower; bench/NOTES-bwd.md.)
   auto walk_overlapped = [&]() {
-    float s[BM / 8][4], dp[BM / 8][4], dq[NQ / 2];
-    uint32_t pa[BM / 16][4], dsa[BM / 16][4];
     for (int it = 0; it < total; ++it) {
       const int st = it % S;
       const int db = it & 1;
       const int row0 = row0_of(it);
       mbar_wait(bar_qf + 8 * st, (it / S) & 1);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
-      sm90::wgmma_commit();
-#pragma unroll
-      for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
-      sm90::wgmma_commit();
+      float s[BM / 8][4], dp[BM / 8][4];
+      uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+      issue_sdp(true, st, s, dp);
       sm90::wgmma_wait<1>();  // S^T
       sm90::reg_fence<BM / 2>(&s[0][0]);
       sm90_bwd_p<BM>(a, s, sL + st * BM, Nq, Nk, key0, BN, row0, BM, key_l, row_l);
@@ -317,20 +311,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::wgmma_fence();
       issue_dvdk(dsa, dk, dQ_mn + st * kStage);
       sm90::wgmma_commit();
-      sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::reg_fence<NQ / 2>(dq);
-      sm90::reg_fence<W / 2>(dv);
-      sm90::reg_fence<W / 2>(dk);
-      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-      release(bar_qe + 8 * st);
-      store_dq(dq, it);
+      finish(it, st, db, pa, dsa);
     }
   };
 

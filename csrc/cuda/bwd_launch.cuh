@@ -32,17 +32,25 @@ fa_status bwd_smem_optin(const void* kernel, int bytes) {
   return smem_optin(kernel, bytes, "CUDA backward", Tr::kHeadDim, ready);
 }
 
+// Thread blocks of a main kernel (one per key block of bn keys, kv head and batch sequence), or
+// FA_ERR_UNSUPPORTED past the grid limit.
+inline fa_status bwd_key_blocks(BwdArgs* a, int bm, int bn, int64_t* blocks) {
+  a->num_m_blocks = (a->seqlen_q + bm - 1) / bm;
+  a->num_n_blocks = (a->seqlen_k + bn - 1) / bn;
+  *blocks = static_cast<int64_t>(a->num_n_blocks) * a->heads_k * a->batch;
+  if (*blocks > INT_MAX)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " + std::to_string(bn) +
+                                            ") = " + std::to_string(*blocks) +
+                                            " thread blocks exceeds the grid limit 2^31-1");
+  return FA_OK;
+}
+
 // Main kernel (dK, dV; dQ atomics when kAtomicDQ). Never synchronises, never allocates.
 template <class Tr, bool kAtomicDQ>
 fa_status launch_bwd_main(BwdArgs a, cudaStream_t stream) {
-  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(a.num_n_blocks) * a.heads_k * a.batch;
-  if (blocks == 0) return FA_OK;
-  if (blocks > INT_MAX)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
-                                            std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
-                                            " thread blocks exceeds the grid limit 2^31-1");
+  int64_t blocks = 0;
+  const fa_status gs = bwd_key_blocks(&a, Tr::kBlockM, Tr::kBlockN, &blocks);
+  if (gs != FA_OK || blocks == 0) return gs;
   const auto kernel = &bwd_main_kernel<Tr, kAtomicDQ>;
   fa_status st = bwd_smem_optin<Tr, kAtomicDQ ? 1 : 0>(reinterpret_cast<const void*>(kernel), Tr::kSmemMain);
   if (st != FA_OK) return st;
@@ -143,14 +151,9 @@ fa_status launch_bwd_det(const BwdArgs& a, cudaStream_t stream) {
 template <typename T, int W>
 fa_status run_bwd_sm90(BwdArgs a, cudaStream_t stream) {
   using Tr = Sm90BwdTraits<T, W>;
-  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(a.num_n_blocks) * a.heads_k * a.batch;
-  if (blocks == 0) return FA_OK;
-  if (blocks > INT_MAX)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
-                                            std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
-                                            " thread blocks exceeds the grid limit 2^31-1");
+  int64_t blocks = 0;
+  const fa_status gs = bwd_key_blocks(&a, Tr::kBlockM, Tr::kBlockN, &blocks);
+  if (gs != FA_OK || blocks == 0) return gs;
   const auto kernel = &bwd_kernel_sm90<Tr>;
   const fa_status st = bwd_smem_optin<Tr, 3>(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
   if (st != FA_OK) return st;
@@ -166,14 +169,9 @@ template <typename T, int W>
 fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   using Tr = Sm90BwdWsTraits<T, W>;
   BwdArgs& a = ta.a;
-  a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
-  a.num_n_blocks = (a.seqlen_k + Tr::kBlockN - 1) / Tr::kBlockN;
-  const int64_t blocks = static_cast<int64_t>(a.num_n_blocks) * a.heads_k * a.batch;
-  if (blocks == 0) return FA_OK;
-  if (blocks > INT_MAX)
-    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA backward: batch * heads_k * ceil(seqlen_k / " +
-                                            std::to_string(Tr::kBlockN) + ") = " + std::to_string(blocks) +
-                                            " thread blocks exceeds the grid limit 2^31-1");
+  int64_t blocks = 0;
+  const fa_status gs = bwd_key_blocks(&a, Tr::kBlockM, Tr::kBlockN, &blocks);
+  if (gs != FA_OK || blocks == 0) return gs;
   // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
   // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).
