@@ -79,10 +79,10 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   return false;
 }
 
-// Q, K and V of a dense call as the warp-specialised kernel's tensor maps (FwdTmaArgs; tma_maps.h):
-// Q in boxes of a tile's rows, K and V in boxes of a key block. False when a map cannot be made
-// (the cp.async kernel runs instead).
-// Packed sequences (varlen) are one batch of total_q / total_k rows.
+// Q, K and V of a dense or packed call as the warp-specialised kernel's tensor maps (FwdTmaArgs;
+// tma_maps.h): Q in boxes of a tile's rows, K and V in boxes of a key block; packed sequences
+// (varlen) are one batch of total_q / total_k rows. False when a map cannot be made (the cp.async
+// kernel runs instead).
 bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
   const int bn = sm90_ws_block_n(width);
   const bool packed = a.cu_seqlens_q != nullptr;
@@ -92,7 +92,7 @@ bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta)
          encode_rows_map(a.v, a.head_dim, nk, a.heads_k, nb, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
 
-// FA_FWD_SM90=cpasync keeps dense calls on the cp.async wgmma kernel (comparisons).
+// FA_FWD_SM90=cpasync keeps dense and packed calls on the cp.async wgmma kernel (comparisons).
 bool sm90_ws_enabled() {
   static const bool on = [] {
     const char* e = getenv("FA_FWD_SM90");

@@ -85,7 +85,7 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
   return launch_fwd<Sm90FwdTraits<T, W>, kPaged>(args, stream);
 }
 
-// The warp-specialised Hopper kernel (dense fp16 / bf16; fwd_api.cu encodes the tensor maps).
+// The warp-specialised Hopper kernel (dense and packed fp16 / bf16; fwd_api.cu encodes the tensor maps).
 template <typename T, int W, int C>
 fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   using Tr = Sm90WsTraits<T, W, C>;
