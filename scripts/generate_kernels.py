@@ -61,17 +61,23 @@ template fa_status run_fwd_decode<{ctype}, {width}>(DecodeArgs, cudaStream_t);
 """
 
 
+def ws_instances(dtype, w, paged):
+    # W 64 has a two- and a three-consumer kernel (fwd_api.cu chooses per call)
+    return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}>(FwdTmaArgs, cudaStream_t);\n"
+                   for c in ([2, 3] if w == 64 else [2]))
+
+
 def files():
     out = {}
     for dtype in ("fp16", "bf16"):
         for w in WIDTHS_SM90:
             out[f"fwd_sm90_{dtype}_hdim{w}.cu"] = SM90_TEMPLATE.format(ctype=TYPES[dtype], width=w, paged="false")
             # W 64 has a two- and a three-consumer kernel (fwd_api.cu chooses per call)
-            inst = "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}>(FwdTmaArgs, cudaStream_t);\n"
-                           for c in ([2, 3] if w == 64 else [2]))
-            out[f"fwd_sm90ws_{dtype}_hdim{w}.cu"] = SM90WS_TEMPLATE.format(instances=inst)
+            out[f"fwd_sm90ws_{dtype}_hdim{w}.cu"] = SM90WS_TEMPLATE.format(instances=ws_instances(dtype, w, "false"))
         for w in WIDTHS_PAGED:
             out[f"fwd_sm90_paged_{dtype}_hdim{w}.cu"] = SM90_TEMPLATE.format(ctype=TYPES[dtype], width=w, paged="true")
+            # paged K/V on the warp-specialised kernel (page sizes that are multiples of 8)
+            out[f"fwd_sm90ws_paged_{dtype}_hdim{w}.cu"] = SM90WS_TEMPLATE.format(instances=ws_instances(dtype, w, "true"))
             out[f"fwd_decode_{dtype}_hdim{w}.cu"] = DECODE_TEMPLATE.format(ctype=TYPES[dtype], width=w)
     for dtype in ("fp16", "bf16", "fp32"):
         widths = WIDTHS_32 if dtype == "fp32" else WIDTHS_16

@@ -82,8 +82,8 @@ const cases = [
     report(`varlen lens=${lens}`, ok);
   }
   // Paged cache: appendKV with rotary, then decode (split-KV) and a mixed batch.
-  for (const page of [1, 16]) {
-    const B = 3, Hkv = 2, H = 8, D = 128, before = [300, 7, 1000], fresh = [1, 40, 1];
+  for (const page of [1, 16, 24]) {  // 24: the warp-specialised kernel's boxes of 8 rows
+    const B = 3, Hkv = 2, H = 8, D = 128, before = [300, 7, 1000], fresh = [1, 300, 1];
     const total = before.map((x, i) => x + fresh[i]);
     const maxPages = Math.ceil(Math.max(...total) / page);
     const numPages = B * maxPages + 2;
@@ -93,14 +93,14 @@ const cases = [
     for (let i = 0; i < table.length; i++) { let p = table[i]; while (used.has(p)) p = (p + 1) % numPages; used.add(p); table[i] = p; }
     const kc = await up(rand(numPages * page * Hkv * D, 9), [numPages, page, Hkv, D], 'bfloat16');
     const vc = await up(rand(numPages * page * Hkv * D, 10), [numPages, page, Hkv, D], 'bfloat16');
-    const cuNew = Int32Array.from([0, 1, 41, 42]);
-    const [kn, vn] = await Promise.all([up(rand(42 * Hkv * D, 11), [42, Hkv, D], 'bfloat16'), up(rand(42 * Hkv * D, 12), [42, Hkv, D], 'bfloat16')]);
+    const cuNew = Int32Array.from([0, 1, 301, 302]);
+    const [kn, vn] = await Promise.all([up(rand(302 * Hkv * D, 11), [302, Hkv, D], 'bfloat16'), up(rand(302 * Hkv * D, 12), [302, Hkv, D], 'bfloat16')]);
     const maxPos = 2048, half = 32;
     const cos = await Tensor.from(Float32Array.from({ length: maxPos * half }, (_, i) => Math.cos(i * 0.001)), [maxPos, half]).to('cuda');
     const sin = await Tensor.from(Float32Array.from({ length: maxPos * half }, (_, i) => Math.sin(i * 0.001)), [maxPos, half]).to('cuda');
     await appendKV(kc, vc, kn, vn, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: Int32Array.from(before), rotary: { cos, sin } });
     kn.dispose(); vn.dispose();
-    const q = await up(rand(42 * H * D, 13), [42, H, D], 'bfloat16');
+    const q = await up(rand(302 * H * D, 13), [302, H, D], 'bfloat16');
     const mixed = await pagedAttention(q, kc, vc, { pageTable: table, seqlensK: Int32Array.from(total), cuSeqlensQ: cuNew, causal: true, rotary: { cos, sin, interleaved: true } });
     const q1 = await up(rand(3 * H * D, 14), [3, H, D], 'bfloat16');
     const decode = await pagedAttention(q1, kc, vc, { pageTable: table, seqlensK: Int32Array.from(total), cuSeqlensQ: Int32Array.from([0, 1, 2, 3]), numSplits: 5, softcap: 20 });

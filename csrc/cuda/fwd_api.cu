@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <vector>
 #include <string>
 #include <type_traits>
@@ -92,6 +93,21 @@ bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta)
          encode_rows_map(a.v, a.head_dim, nk, a.heads_k, nb, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
 
+// A paged call's maps: Q as a packed call's, K and V over the cache's rows (page * page size +
+// slot, {head dim, rows, kv heads, 1}) in boxes of ta->box_rows rows, a divisor of the page size and
+// of the key block (so that a box never crosses a page). False when the page size is not a multiple
+// of 8 (a box of the 128-byte swizzle starts on a whole 8-row atom), the cache has 2^31 rows or
+// more (coordinates are int32), or a map cannot be made: the cp.async kernel runs instead.
+bool encode_paged_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
+  const int bn = sm90_ws_block_n(width);
+  const int64_t rows = int64_t(a.num_pages) * a.page_size;
+  if (a.page_size % 8 != 0 || rows == 0 || rows >= int64_t(INT32_MAX)) return false;
+  ta->box_rows = std::gcd(a.page_size, bn);
+  return encode_rows_map(a.q, a.head_dim, a.total_q, a.heads, 1, a.q_row, a.q_head, 0, block_m, &ta->tq) &&
+         encode_rows_map(a.k, a.head_dim, int(rows), a.heads_k, 1, a.k_row, a.k_head, 0, ta->box_rows, &ta->tk) &&
+         encode_rows_map(a.v, a.head_dim, int(rows), a.heads_k, 1, a.v_row, a.v_head, 0, ta->box_rows, &ta->tv);
+}
+
 // FA_FWD_SM90=cpasync keeps dense and packed calls on the cp.async wgmma kernel (comparisons).
 bool sm90_ws_enabled() {
   static const bool on = [] {
@@ -124,9 +140,10 @@ int ws_knob(const char* name, int def) {
   return e == nullptr || e[0] == '\0' ? def : (e[0] == '0' ? 0 : 1);
 }
 
-template <typename T, int W>
+template <typename T, int W, bool kPaged>
 bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
-  constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value;
+  constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value &&
+                             (!kPaged || listed(kPagedWidths16, W));
 #if defined(FA_HAVE_SM90A)
   if constexpr (kCompiled) {
     if (width == W && sm90_kernels_usable()) {
@@ -144,6 +161,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       // Persistent: one block per SM walks the tiles (FA_WS_PERSISTENT=0: one block per tile).
       ta.ctas = persistent ? sm_count() : 0;
       ta.tile_counter = nullptr;
+      ta.box_rows = 0;
+      // (the maps first: a call they refuse goes to the cp.async kernel with nothing queued)
+      if (!(kPaged ? encode_paged_maps(a, W, three ? 192 : 128, &ta) : encode_dense_maps(a, W, three ? 192 : 128, &ta)))
+        return false;
       if (ta.ctas > 0) {
         const fa_status cs = stream_counters(s, 1, 2, &ta.tile_counter);
         if (cs != FA_OK) {
@@ -151,11 +172,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
           return true;
         }
       }
-      if (!encode_dense_maps(a, W, three ? 192 : 128, &ta)) return false;
       if constexpr (W == 64) {
-        *st = three ? run_fwd_sm90_ws<T, W, 3>(ta, s) : run_fwd_sm90_ws<T, W, 2>(ta, s);
+        *st = three ? run_fwd_sm90_ws<T, W, 3, kPaged>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged>(ta, s);
       } else {
-        *st = run_fwd_sm90_ws<T, W, 2>(ta, s);
+        *st = run_fwd_sm90_ws<T, W, 2, kPaged>(ta, s);
       }
       return true;
     }
@@ -170,10 +190,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
 template <typename T, bool kPaged>
 fa_status dispatch(int width, const FwdArgs& a, cudaStream_t s) {
   fa_status st = FA_ERR_UNSUPPORTED;
-  if constexpr (!kPaged && !std::is_same<T, float>::value) {
+  if constexpr (!std::is_same<T, float>::value) {
     if (sm90_ws_enabled() &&
-        (try_run_sm90_ws<T, 64>(width, a, s, &st) || try_run_sm90_ws<T, 128>(width, a, s, &st) ||
-         try_run_sm90_ws<T, 192>(width, a, s, &st) || try_run_sm90_ws<T, 256>(width, a, s, &st)))
+        (try_run_sm90_ws<T, 64, kPaged>(width, a, s, &st) || try_run_sm90_ws<T, 128, kPaged>(width, a, s, &st) ||
+         try_run_sm90_ws<T, 192, kPaged>(width, a, s, &st) || try_run_sm90_ws<T, 256, kPaged>(width, a, s, &st)))
       return st;
   }
   if (try_run_sm90<T, 64, kPaged>(width, a, s, &st) || try_run_sm90<T, 128, kPaged>(width, a, s, &st) ||

@@ -52,9 +52,10 @@ struct FwdArgs {
   int decode_rows;
 };
 
-// The warp-specialised Hopper forward (fwd_kernel_sm90_ws.cuh; dense fp16 / bf16 calls): Q, K and V
-// as rank-4 tensor maps {head dim, rows, heads, batch} with boxes {64, tile rows, 1, 1} and the
-// 128-byte swizzle (fwd_api.cu, encode_dense_maps).
+// The warp-specialised Hopper forward (fwd_kernel_sm90_ws.cuh; fp16 / bf16 calls): Q, K and V as
+// rank-4 tensor maps {head dim, rows, heads, batch} with boxes {64, tile rows, 1, 1} and the 128-byte
+// swizzle (fwd_api.cu, encode_dense_maps); paged K and V over cache rows in boxes of box_rows
+// (encode_paged_maps).
 struct FwdTmaArgs {
   CUtensorMap tq, tk, tv;
   FwdArgs f;
@@ -62,6 +63,7 @@ struct FwdTmaArgs {
   int rescale_always;  // rescale O at every key block (comparisons; default: when a row max moved)
   int ctas;            // persistent grid: blocks launched (0: one per tile)
   int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches
+  int box_rows;        // paged K/V: rows of a K / V box (divides the page size and the key block)
 };
 // Defined once per (element type, tile width, K/V addressing) in csrc/generated/fwd_<dtype>_hdim<W>.cu
 // (dense or packed K/V) and fwd_paged_<dtype>_hdim<W>.cu (paged K/V).
@@ -75,8 +77,9 @@ constexpr int sm90_ws_block_n(int width) { return width >= 192 ? 64 : 128; }
 // Consumer warpgroups (64 query rows each) of the warp-specialised kernel: 2, or 3 at W 64 (where
 // the softmax costs as much as both products and a third warpgroup keeps the tensor cores fed;
 // fwd_api.cu chooses per call).
-// Defined in csrc/generated/fwd_sm90ws_<dtype>_hdim<W>.cu (W = 64, 128, 192, 256).
-template <typename T, int kHeadDim, int kConsumers>
+// Defined in csrc/generated/fwd_sm90ws_<dtype>_hdim<W>.cu (W = 64, 128, 192, 256) and, for paged
+// K/V, fwd_sm90ws_paged_<dtype>_hdim<W>.cu (W = 64, 128, 256).
+template <typename T, int kHeadDim, int kConsumers, bool kPaged>
 fa_status run_fwd_sm90_ws(FwdTmaArgs args, cudaStream_t stream);
 // Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
 constexpr int kDecodeRows = 16;

@@ -1,5 +1,5 @@
 // FlashAttention forward on Hopper (sm_90a), warp-specialised: the TMA mainloop beside the cp.async
-// one of fwd_kernel_sm90.cuh, for dense and packed (varlen) fp16 / bf16 calls (not paged K/V).
+// one of fwd_kernel_sm90.cuh, for dense, packed (varlen) and paged fp16 / bf16 calls.
 //
 // A persistent grid (one block per SM) of a producer and two consumer warpgroups (three at W 64); a
 // tile is a 64 x consumers-row Q block of one head, and the blocks draw tiles from a counter in
@@ -22,6 +22,14 @@
 // The tensor maps (fwd_api.cu, encode_dense_maps) are rank 4 {head dim, rows, heads, batch} with
 // boxes of {64 columns, rows of a tile, 1, 1}: rows past the sequence and columns past the head dim
 // come in as zeros, so ragged tiles need no predicate.
+//
+// Paged K/V (kPaged; fwd_api.cu, encode_paged_maps): the K and V maps are over cache rows (page *
+// page size + slot) with boxes of ta.box_rows rows, a divisor of both the page size and the key
+// block, so that a box lies in one page; the whole producer warp loads a key block, lane r the box
+// r (its page looked up one block ahead). A box past the sequence's end starts outside the map
+// (zeros). The box holding the sequence's end brings in whatever its page holds past the end: the
+// mask gives those keys weight 0, and the consumers zero those V rows before the first P V of the
+// tile (0 * NaN is NaN).
 #pragma once
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_kernel_sm90.cuh"
@@ -71,6 +79,7 @@ struct WsTile {
   BlockCoord bc;
   SeqInfo seq;
   int row0, n_min, n_max;
+  bool idle;  // nothing to compute or write: rows past the sequence, or a paged call's decode sequence
 };
 template <int BM, int BN>
 __device__ __forceinline__ WsTile ws_tile(const FwdArgs& a, int idx) {
@@ -80,11 +89,24 @@ __device__ __forceinline__ WsTile ws_tile(const FwdArgs& a, int idx) {
   w.row0 = w.bc.m_block * BM;
   const KeyWindow win(w.seq, a.window_left, a.window_right);
   key_block_range<BM, BN>(win, w.row0, &w.n_min, &w.n_max);
-  if (w.row0 >= w.seq.nq) w.n_max = w.n_min;  // (dense calls: never)
+  w.idle = fwd_block_idle(a, w.seq, w.row0);  // (dense calls: never)
+  if (w.idle) w.n_max = w.n_min;
   return w;
 }
 
-template <class Tr>
+// The first tile index past the run of idle tiles that holds tile idx (w: its tile), in the order of
+// block_coord_of: the row blocks of one (sequence, head) are adjacent, the T that hold rows first
+// under a right-bounded mask (longest first), last otherwise.
+template <int BM>
+__device__ __forceinline__ int ws_idle_run_end(const FwdArgs& a, const WsTile& w, int idx) {
+  const int M = a.num_m_blocks;
+  const bool decode_seq = a.decode_rows > 0 && w.seq.nq * a.group <= a.decode_rows;
+  const int T = decode_seq ? 0 : min((w.seq.nq + BM - 1) / BM, M);
+  const int base = idx - idx % M;
+  return a.causal ? base + M - T : base + M;
+}
+
+template <class Tr, bool kPaged>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __grid_constant__ FwdTmaArgs ta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
@@ -135,14 +157,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   // across tiles (c: key blocks so far), Q's phase per tile (j).
   if (wg == 0) {
     // Producer. Key blocks run high to low (the masked ones first). Per tile: K of its first block,
-    // then Q (once the consumers are done with the previous tile's), then V, K, V, ...
+    // then Q (once the consumers are done with the previous tile's), then V, K, V, ... One thread
+    // issues every copy of a dense call; a paged call runs warp 0 through the same steps, lane 0
+    // alone doing what is done once (barrier arrivals, Q, the tile counter) and lane r issuing box
+    // r of each key block.
     sm90::setmaxnreg_dec<Tr::kProducerRegs>();
-    if (tid == 0) {
+    if (kPaged ? warp == 0 : tid == 0) {
+      const bool lead = !kPaged || lane == 0;
+      // Tile counter draw by the lead thread, seen by the whole warp.
+      auto draw = [&]() {
+        int v = 0;
+        if (lead) v = atomicAdd(ta.tile_counter, 1);
+        if constexpr (kPaged) v = __shfl_sync(0xffffffffu, v, 0);
+        return ta.ctas + v;
+      };
+      // Paged: boxes per key block, and this lane's box's cache row (-box: outside the map, zeros).
+      const int box = kPaged ? ta.box_rows : BN;
+      const int n_box = BN / box;
       int c = 0;
       int idx = blockIdx.x;
       const bool dynamic = ta.ctas > 0;
       for (int j = 0;; ++j) {
-        const bool done = idx >= n_tiles || (j > 0 && !dynamic);
+        bool done = idx >= n_tiles || (j > 0 && !dynamic);
         WsTile w{};
         int n_blocks = 0;
         int next = n_tiles;
@@ -151,7 +187,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           // behind that block's waits). Drawn at the start of the tile instead, a block holds a
           // tile it cannot start for a whole tile: causal N 16k lost 6% (NOTES-fwd.md).
           w = ws_tile<BM, BN>(a, idx);
-          n_blocks = max(w.n_max - w.n_min, 0);
+          // Idle tiles (row blocks past a short sequence's end: a packed call has ceil(max length /
+          // BM) per sequence and head; a paged call's decode sequences) never reach the consumers:
+          // the producer moves the counter past the idle run (every index in it is idle, so no
+          // tile is lost) and draws again. Handed over one by one, each cost a hand-over and two
+          // dependent reads with the tensor cores idle.
+          while (dynamic && w.idle) {
+            const int end = ws_idle_run_end<BM>(a, w, idx);
+            if (lead) atomicMax(ta.tile_counter, end - ta.ctas);
+            idx = draw();
+            if (idx >= n_tiles) {
+              done = true;
+              break;
+            }
+            w = ws_tile<BM, BN>(a, idx);
+          }
+          if (!done) n_blocks = max(w.n_max - w.n_min, 0);
         }
         const int hk = w.bc.h / a.group;
         // Map coordinates: packed sequences are rows of one [total, heads, D] tensor (batch 0);
@@ -159,46 +210,77 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         const bool packed = a.cu_seqlens_q != nullptr;
         const int bm = packed ? 0 : w.bc.b;
         const int q_row0 = static_cast<int>(w.seq.q_row0), k_row0 = static_cast<int>(w.seq.k_row0);
+        // Paged: this lane's box of key block n is key t0 = n * BN + lane * box, in page-table entry
+        // t0 / page size. The entry is read a loop step ahead (page_of) and turned into the cache row
+        // only where the copies are issued, after the stage's wait (box_row): the read's latency
+        // then overlaps the wait instead of delaying the copies of every block.
+        const int32_t* const table = kPaged ? a.page_table + static_cast<int64_t>(w.bc.b) * a.max_pages : nullptr;
+        auto page_of = [&](int n) {
+          const int t0 = n * BN + lane * box;
+          return kPaged && lane < n_box && t0 < w.seq.nk ? __ldg(table + a.page_div.div(t0)) : -1;
+        };
+        auto box_row = [&](int n, int pg) {
+          const int t0 = n * BN + lane * box;
+          return static_cast<unsigned>(pg) < static_cast<unsigned>(a.num_pages)
+                     ? pg * a.page_size + (t0 - a.page_div.div(t0) * a.page_size)
+                     : -box;  // outside the map: zeros
+        };
+        int kpage = -1;  // paged: the page of this lane's box of the block being loaded
+        auto load_kv = [&](const CUtensorMap* map, uint32_t dst, uint32_t full, int n) {
+          if constexpr (kPaged) {
+            const int krow = box_row(n, kpage);
+            __syncwarp();  // the lead's expect-tx before any copy completes on the barrier
+            if (lane < n_box) {
+#pragma unroll
+              for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128 + lane * box * 128, map, cb * 64, krow, hk, 0, full);
+            }
+          } else {
+#pragma unroll
+            for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128, map, cb * 64, k_row0 + n * BN, hk, bm, full);
+          }
+        };
         auto load_k = [&](int n, int s, uint32_t ph) {
           if (c >= S) mbar_wait(bar_ke + 8 * s, ph);
-          mbar_arrive_expect_tx(bar_kf + 8 * s, kTileKV);
-#pragma unroll
-          for (int cb = 0; cb < kCB; ++cb)
-            tma_load_4d(sK + s * kTileKV + cb * BN * 128, &ta.tk, cb * 64, k_row0 + n * BN, hk, bm, bar_kf + 8 * s);
+          if (lead) mbar_arrive_expect_tx(bar_kf + 8 * s, kTileKV);
+          load_kv(&ta.tk, sK + s * kTileKV, bar_kf + 8 * s, n);
         };
         auto load_v = [&](int n, int s, uint32_t ph) {
           if (c >= S) mbar_wait(bar_ve + 8 * s, ph);
-          mbar_arrive_expect_tx(bar_vf + 8 * s, kTileKV);
-#pragma unroll
-          for (int cb = 0; cb < kCB; ++cb)
-            tma_load_4d(sV + s * kTileKV + cb * BN * 128, &ta.tv, cb * 64, k_row0 + n * BN, hk, bm, bar_vf + 8 * s);
+          if (lead) mbar_arrive_expect_tx(bar_vf + 8 * s, kTileKV);
+          load_kv(&ta.tv, sV + s * kTileKV, bar_vf + 8 * s, n);
         };
         // fill c / S of stage c % S waits for the consumers' release of the previous fill
+        if (kPaged && n_blocks > 0) kpage = page_of(w.n_max - 1);
         if (n_blocks > 0) load_k(w.n_max - 1, c % S, ((c / S) - 1) & 1);
         if (j > 0) mbar_wait(bar_qe, (j - 1) & 1);
-        slots[j & 1] = done ? -1 : idx;
-        if (n_blocks > 0) {
-          mbar_arrive_expect_tx(bar_qf, Tr::kTileQ);
+        if (lead) {
+          slots[j & 1] = done ? -1 : idx;
+          if (n_blocks > 0) {
+            mbar_arrive_expect_tx(bar_qf, Tr::kTileQ);
 #pragma unroll
-          for (int cb = 0; cb < kCB; ++cb)
-            tma_load_4d(sQ + cb * BM * 128, &ta.tq, cb * 64, q_row0 + w.row0, w.bc.h, bm, bar_qf);
-        } else {
-          mbar_arrive(bar_qf);  // the slot alone (a tile without keys, or the end)
+            for (int cb = 0; cb < kCB; ++cb)
+              tma_load_4d(sQ + cb * BM * 128, &ta.tq, cb * 64, q_row0 + w.row0, w.bc.h, bm, bar_qf);
+          } else {
+            mbar_arrive(bar_qf);  // the slot alone (a tile without keys, or the end)
+          }
         }
         if (done) break;
-        if (dynamic && n_blocks == 0) next = ta.ctas + atomicAdd(ta.tile_counter, 1);
+        if (dynamic && n_blocks == 0) next = draw();
         for (int it = 0; it < n_blocks; ++it, ++c) {
           const int n = w.n_max - 1 - it;
           const int s = c % S;
           const uint32_t ph = ((c / S) - 1) & 1;
-          if (dynamic && it == n_blocks - 1) next = ta.ctas + atomicAdd(ta.tile_counter, 1);
+          if (dynamic && it == n_blocks - 1) next = draw();
+          int kpage_next = -1;
+          if (kPaged && it + 1 < n_blocks) kpage_next = page_of(n - 1);  // read while this block's waits run
           if (it > 0) load_k(n, s, ph);
           load_v(n, s, ph);
+          kpage = kpage_next;
         }
         idx = next;
       }
       // The last block to finish drawing leaves the counters at zero for the next launch.
-      if (dynamic && atomicAdd(ta.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      if (lead && dynamic && atomicAdd(ta.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
         atomicExch(ta.tile_counter, 0);
         atomicExch(ta.tile_counter + 1, 0);
       }
@@ -237,7 +319,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     const int row0 = w.row0, n_max = w.n_max, Nq = w.seq.nq;
     const FwdBlockPtrs gp = block_ptrs<2>(a, w.bc, w.seq, row0);
     if (n_blocks <= 0) {
-      if (row0 < Nq) write_empty_rows<BM, 128 * Tr::kConsumers>(a, gp.o, gp.lse, min(BM, Nq - row0), 2, ctid);
+      if (!w.idle) write_empty_rows<BM, 128 * Tr::kConsumers>(a, gp.o, gp.lse, min(BM, Nq - row0), 2, ctid);
       release(bar_qe);
       continue;
     }
@@ -294,6 +376,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     };
     if (pp && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);
 
+    // Paged: V rows [tail0, tail1) of the tile's first key block (n_max - 1) lie past the sequence's
+    // end inside the box that holds it, and hold whatever the page holds. The consumers zero them
+    // together (one barrier of all consumer threads, once per tile that reads the end) after the
+    // block's V has landed and before its P V.
+    int tail0 = BN, tail1 = BN;
+    if constexpr (kPaged) {
+      tail0 = w.seq.nk - (n_max - 1) * BN;
+      tail1 = min(BN, (tail0 + ta.box_rows - 1) / ta.box_rows * ta.box_rows);
+    }
+    auto zero_tail = [&](int stage) {
+      if (kPaged && tail1 > tail0) {
+        const int rows = tail1 - tail0;
+        const uint32_t base = sV + stage * kTileKV + tail0 * 128;
+        for (int i = ctid; i < kCB * rows * 8; i += 128 * Tr::kConsumers) {
+          const int cb = i / (rows * 8), rem = i - cb * rows * 8;  // a whole 128-byte line: no swizzle to follow
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(base + cb * BN * 128 + rem * 16), "r"(0u) : "memory");
+        }
+        sm90::fence_proxy_async_smem();  // the zeros, for the wgmma's reads
+        sm90::named_bar_sync(13, 128 * Tr::kConsumers);
+      }
+    };
+
     // Block 0 of the loop order (key block n_max - 1): S, softmax, P. O needs no initialisation:
     // the first P V overwrites it.
     int sc = c % S;                // stage of the block before the current one
@@ -318,6 +422,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       if (sn == S) sn = 0, phn ^= 1u;
       mbar_wait(bar_kf + 8 * sn, phn);
       mbar_wait(bar_vf + 8 * sc, phc);
+      if (it == 1) zero_tail(sc);
       my_turn();
       sm90::wgmma_fence();
       issue_s(sn);
@@ -344,6 +449,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       phc = phn;
     }
     mbar_wait(bar_vf + 8 * sc, phc);
+    if (n_blocks == 1) zero_tail(sc);
     my_turn();
     sm90::wgmma_fence();
     issue_pv(sc, n_blocks > 1 ? 1 : 0);

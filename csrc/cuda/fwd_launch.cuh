@@ -85,12 +85,13 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
   return launch_fwd<Sm90FwdTraits<T, W>, kPaged>(args, stream);
 }
 
-// The warp-specialised Hopper kernel (dense and packed fp16 / bf16; fwd_api.cu encodes the tensor maps).
-template <typename T, int W, int C>
+// The warp-specialised Hopper kernel (dense, packed or paged fp16 / bf16; fwd_api.cu encodes the
+// tensor maps).
+template <typename T, int W, int C, bool kPaged>
 fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   using Tr = Sm90WsTraits<T, W, C>;
   static std::atomic<bool> smem_ready[kMaxDevices];
-  const auto kernel = &fwd_kernel_sm90_ws<Tr>;
+  const auto kernel = &fwd_kernel_sm90_ws<Tr, kPaged>;
   FwdArgs& a = ta.f;
   a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
   const int64_t blocks = static_cast<int64_t>(a.num_m_blocks) * a.heads * a.batch;

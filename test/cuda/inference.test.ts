@@ -1,7 +1,7 @@
 // CUDA: the masks and score modifiers in every forward and backward kernel (mma.sync, fp32, wgmma;
 // atomic and deterministic backward), packed variable-length batches forward and backward (empty
 // sequences, index arrays as Int32Array and as device tensors), the paged KV cache (appendKV with
-// rotary, page sizes 1..64 in shuffled order, pagedAttention for decode with GQA packing and
+// rotary, page sizes 1..512 in shuffled order, pagedAttention for decode with GQA packing and
 // split-KV, prefill chunks, both mixed), and mergeAttention; against float64 references.
 // Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
 import { it } from 'vitest';
@@ -44,6 +44,13 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 6, before: [1500], fresh: [300], nq: [300], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float32', causal: true },
   ];
   for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+  // Prefill chunks of several query tiles and key blocks on the warp-specialised kernel (page sizes
+  // that are multiples of 8: one K / V box per page or several per key block), sequence ends inside
+  // a box (the NaN rows past the end of the last page), decode sequences mixed in.
+  const cost = (c: PagedCase) => c.H * c.D * c.before.reduce((acc, x, b) => acc + (c.nq ?? c.fresh)[b] * (x + c.fresh[b]), 0);
+  const prefill = pagedCases(8302, 600, { maxBefore: 700, maxFresh: 420, Ds: [40, 64, 128, 256], maxB: 4, gpu: true, pageSizes: [8, 16, 24, 32, 48, 128, 256, 512] })
+    .filter((c) => c.dtype !== 'float32' && Math.max(...c.fresh) > 130 && cost(c) < 2e8).slice(0, 28);
+  for (const c of prefill) it(`prefill: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Split-KV calls of different split counts queued together on the stream: the last block of each
   // (sequence, kv head) combines and resets its counter for the next call.
   it('split-KV calls queued together (split counters reset by each call)', () => Promise.all([3, 7, 32, 1, 12, 2].map((numSplits, i) =>
