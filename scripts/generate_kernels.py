@@ -62,9 +62,12 @@ template fa_status run_fwd_decode<{ctype}, {width}>(DecodeArgs, cudaStream_t);
 
 
 def ws_instances(dtype, w, paged):
-    # W 64 has a two- and a three-consumer kernel (fwd_api.cu chooses per call)
-    return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}>(FwdTmaArgs, cudaStream_t);\n"
-                   for c in ([2, 3] if w == 64 else [2]))
+    # W 64 has a two- and a three-consumer kernel, W 128 dense / packed 128- and 176-key tiles
+    # (fwd_api.cu chooses per call); keys per tile as sm90_ws_block_n in fwd_args.cuh otherwise.
+    bn = 64 if w >= 192 else 128
+    shapes = [(2, bn), (3, bn)] if w == 64 else [(2, bn), (2, 176)] if w == 128 and paged == "false" else [(2, bn)]
+    return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}, {n}>(FwdTmaArgs, cudaStream_t);\n"
+                   for c, n in shapes)
 
 
 def files():

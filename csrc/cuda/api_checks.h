@@ -16,15 +16,32 @@
 namespace fa {
 namespace cuda {
 
+// Development switches read from the environment (comparisons and tests; each caller reads its
+// own once and keeps it): the text of `name` (null when unset or empty), a 0 / 1 flag (anything
+// not starting with '0' is 1), an integer, or whether the text is `value`.
+inline const char* env_text(const char* name) {
+  const char* e = getenv(name);
+  return e != nullptr && e[0] != '\0' ? e : nullptr;
+}
+inline int env_flag(const char* name, int def) {
+  const char* e = env_text(name);
+  return e == nullptr ? def : (e[0] == '0' ? 0 : 1);
+}
+inline int env_int(const char* name, int def) {
+  const char* e = env_text(name);
+  return e == nullptr ? def : atoi(e);
+}
+inline bool env_is(const char* name, const char* value) {
+  const char* e = env_text(name);
+  return e != nullptr && std::string(e) == value;
+}
+
 // The Hopper (wgmma) kernels run where the build has sm_90a code (FA_HAVE_SM90A: FA_CUDA_ARCHS lists
 // 90a) and the current device is compute capability 9.0 exactly (sm_90a code runs nowhere else);
 // FA_NO_WGMMA=1 in the environment keeps the mma.sync kernels (for comparisons).
 inline bool sm90_kernels_usable() {
 #if defined(FA_HAVE_SM90A)
-  static const bool disabled = [] {
-    const char* e = getenv("FA_NO_WGMMA");
-    return e != nullptr && e[0] != '\0' && e[0] != '0';
-  }();
+  static const bool disabled = env_flag("FA_NO_WGMMA", 0) != 0;
   if (disabled) return false;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cc[kMaxDevices];  // 0 = not yet read, else major * 10 + minor

@@ -62,10 +62,7 @@ constexpr int kBwdWidthsSm90[] = {64, 128, 256};  // keep equal to WIDTHS_SM90 i
 // FA_BWD_SM90=cpasync keeps every call on the cp.async kernel (comparisons).
 constexpr int kBwdWidthsSm90Ws[] = {64, 128};  // keep equal to WIDTHS_SM90_WS in generate_bwd_kernels.py
 bool sm90_bwd_ws_enabled() {
-  static const bool on = [] {
-    const char* e = getenv("FA_BWD_SM90");
-    return !(e != nullptr && std::string(e) == "cpasync");
-  }();
+  static const bool on = !env_is("FA_BWD_SM90", "cpasync");
   return on;
 }
 
@@ -77,10 +74,7 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
     if (a.cu_seqlens_q != nullptr || a.dq_acc == nullptr || !sm90_bwd_ws_enabled()) return false;
     BwdTmaArgs ta;
     ta.a = a;
-    static const int overlap = [] {
-      const char* e = getenv("FA_BWD_WS_OVERLAP");
-      return e == nullptr || e[0] == '\0' ? -1 : e[0] == '0' ? 0 : 1;
-    }();
+    static const int overlap = env_flag("FA_BWD_WS_OVERLAP", -1);
     ta.overlap = overlap;
     constexpr int kRows = Sm90BwdWsTraits<T, W>::kBlockM, kKeys = Sm90BwdWsTraits<T, W>::kBlockN;
     if (!encode_rows_map(a.q, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_row, a.q_head, a.q_batch, kRows, &ta.tq) ||

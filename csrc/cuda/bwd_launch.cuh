@@ -101,10 +101,7 @@ inline fa_status bwd_device_smem(int* bytes) {
   if (err != cudaSuccess) return bwd_cuda_fail(err, "cudaDeviceGetAttribute");
   // Testing knob: FA_BWD_SMEM_LIMIT=<bytes> makes a large-memory GPU pick the configurations of a
   // smaller one (e.g. 166912 = sm_80's limit selects the single-buffered kernels).
-  static const int limit = [] {
-    const char* e = getenv("FA_BWD_SMEM_LIMIT");
-    return e != nullptr ? atoi(e) : 0;
-  }();
+  static const int limit = env_int("FA_BWD_SMEM_LIMIT", 0);
   if (limit > 0 && optin > limit) optin = limit;
   if (dev < kMaxDevices) cache[dev].store(optin, std::memory_order_relaxed);
   *bytes = optin;

@@ -84,8 +84,7 @@ bool try_run_sm90(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
 // tma_maps.h): Q in boxes of a tile's rows, K and V in boxes of a key block; packed sequences
 // (varlen) are one batch of total_q / total_k rows. False when a map cannot be made (the cp.async
 // kernel runs instead).
-bool encode_dense_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
-  const int bn = sm90_ws_block_n(width);
+bool encode_dense_maps(const FwdArgs& a, int bn, int block_m, FwdTmaArgs* ta) {
   const bool packed = a.cu_seqlens_q != nullptr;
   const int nq = packed ? a.total_q : a.seqlen_q, nk = packed ? a.total_k : a.seqlen_k, nb = packed ? 1 : a.batch;
   return encode_rows_map(a.q, a.head_dim, nq, a.heads, nb, a.q_row, a.q_head, a.q_batch, block_m, &ta->tq) &&
@@ -110,10 +109,7 @@ bool encode_paged_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta)
 
 // FA_FWD_SM90=cpasync keeps dense and packed calls on the cp.async wgmma kernel (comparisons).
 bool sm90_ws_enabled() {
-  static const bool on = [] {
-    const char* e = getenv("FA_FWD_SM90");
-    return !(e != nullptr && std::string(e) == "cpasync");
-  }();
+  static const bool on = !env_is("FA_FWD_SM90", "cpasync");
   return on;
 }
 
@@ -133,13 +129,6 @@ int sm_count() {
 
 fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out);
 
-// Knobs of the warp-specialised kernel for comparisons (FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS,
-// FA_WS_PERSISTENT = 0 / 1), read once.
-int ws_knob(const char* name, int def) {
-  const char* e = getenv(name);
-  return e == nullptr || e[0] == '\0' ? def : (e[0] == '0' ? 0 : 1);
-}
-
 template <typename T, int W, bool kPaged>
 bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
   constexpr bool kCompiled = width_built(W) && listed(kWidthsSm90, W) && !std::is_same<T, float>::value &&
@@ -151,11 +140,20 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       // short queries, where the coarser diagonal tiles cost more than the third warpgroup gains
       // (NOTES-fwd.md, run 9: causal N 512 / 1k at 0.78x / 0.88x of two warpgroups).
       const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024);
+      // W 128, dense or packed, no right-bounded mask, from 8192 keys: key tiles of 176 (FA3's
+      // choice there; fewer softmax rounds and ping-pong turns per key, but O staged through Q's
+      // buffer). H200 A/B in one run (NOTES-fwd.md): fp16 / bf16 N 16k +2-3%, N 8k +1-2%, N 4k
+      // -1-2%, N 512 -10-13%. FA_WS_BN176=0 keeps 128 keys everywhere and FA_WS_BN176_MIN=n moves
+      // the bound (comparisons, tests).
+      static const int bn176 = env_flag("FA_WS_BN176", 1);
+      static const int bn176_min = env_int("FA_WS_BN176_MIN", 8192);
+      const bool long_keys = W == 128 && !kPaged && !a.causal && bn176 && a.seqlen_k >= bn176_min;
       FwdTmaArgs ta;
       ta.f = a;
-      static const int pingpong = ws_knob("FA_WS_PINGPONG", 1);
-      static const int rescale_always = ws_knob("FA_WS_RESCALE_ALWAYS", 0);
-      static const int persistent = ws_knob("FA_WS_PERSISTENT", 1);
+      // Comparisons: FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS, FA_WS_PERSISTENT (0 / 1).
+      static const int pingpong = env_flag("FA_WS_PINGPONG", 1);
+      static const int rescale_always = env_flag("FA_WS_RESCALE_ALWAYS", 0);
+      static const int persistent = env_flag("FA_WS_PERSISTENT", 1);
       ta.pingpong = pingpong;
       ta.rescale_always = rescale_always;
       // Persistent: one block per SM walks the tiles (FA_WS_PERSISTENT=0: one block per tile).
@@ -163,7 +161,8 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.tile_counter = nullptr;
       ta.box_rows = 0;
       // (the maps first: a call they refuse goes to the cp.async kernel with nothing queued)
-      if (!(kPaged ? encode_paged_maps(a, W, three ? 192 : 128, &ta) : encode_dense_maps(a, W, three ? 192 : 128, &ta)))
+      if (!(kPaged ? encode_paged_maps(a, W, three ? 192 : 128, &ta)
+                   : encode_dense_maps(a, long_keys ? 176 : sm90_ws_block_n(W), three ? 192 : 128, &ta)))
         return false;
       if (ta.ctas > 0) {
         const fa_status cs = stream_counters(s, 1, 2, &ta.tile_counter);
@@ -172,10 +171,13 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
           return true;
         }
       }
+      constexpr int BN = sm90_ws_block_n(W);
       if constexpr (W == 64) {
-        *st = three ? run_fwd_sm90_ws<T, W, 3, kPaged>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged>(ta, s);
+        *st = three ? run_fwd_sm90_ws<T, W, 3, kPaged, BN>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
+      } else if constexpr (W == 128 && !kPaged) {
+        *st = long_keys ? run_fwd_sm90_ws<T, W, 2, kPaged, 176>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       } else {
-        *st = run_fwd_sm90_ws<T, W, 2, kPaged>(ta, s);
+        *st = run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       }
       return true;
     }
@@ -373,12 +375,10 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     // cp.async loader looks up every key's page on its critical path (page 1, B 16 x 16k: 3.38
     // against 3.07 TB/s); cp.async for the rest and on other GPUs. FA_DECODE_LOADER=tma|bulk|cpasync
     // fixes the choice where it can run (comparisons).
-    static const int loader_forced = [] {
-      const char* e = getenv("FA_DECODE_LOADER");
-      if (e == nullptr) return -1;
-      const std::string v(e);
-      return v == "bulk" ? kDecodeBulkRows : v == "cpasync" ? kDecodeCpAsync : v == "tma" ? kDecodeTmaTiles : -1;
-    }();
+    static const int loader_forced = env_is("FA_DECODE_LOADER", "bulk")      ? kDecodeBulkRows
+                                     : env_is("FA_DECODE_LOADER", "cpasync") ? kDecodeCpAsync
+                                     : env_is("FA_DECODE_LOADER", "tma")     ? kDecodeTmaTiles
+                                                                             : -1;
     const bool sm90 = sm90_kernels_usable();
     const bool tma_fits = sm90 && a.page_size % 16 == 0 && a.head_dim == width;
     int loader = !sm90 ? kDecodeCpAsync : a.page_size % 16 != 0 ? kDecodeBulkRows : tma_fits ? kDecodeTmaTiles : kDecodeCpAsync;
@@ -404,15 +404,9 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     // The bulk loader's rings are sized for the blocks that share an SM: one when the grid fits
     // the SMs once, per_sm otherwise. FA_DECODE_STAGES=n fixes the ring depth (comparisons).
     d.blocks_per_sm = int64_t(units) * splits > sm_count() ? per_sm : 1;
-    static const int stages_forced = [] {
-      const char* e = getenv("FA_DECODE_STAGES");
-      return e != nullptr ? atoi(e) : 0;
-    }();
+    static const int stages_forced = env_int("FA_DECODE_STAGES", 0);
     d.stages = stages_forced >= 2 ? std::min(stages_forced, 8) : 0;
-    static const int rescale_always = [] {
-      const char* e = getenv("FA_DECODE_RESCALE");
-      return e != nullptr && std::string(e) == "always" ? 1 : 0;
-    }();
+    static const int rescale_always = env_is("FA_DECODE_RESCALE", "always") ? 1 : 0;
     d.rescale_always = rescale_always;
     // Partials only for the queries a decode sequence can have: a call with long prefill chunks
     // and few kv heads (B 2 x 8k, splits 16) would otherwise size them for every query, GBs of

@@ -38,23 +38,24 @@
 namespace fa {
 namespace cuda {
 
-template <typename T_, int kHeadDim_, int kConsumers_>
+template <typename T_, int kHeadDim_, int kConsumers_, int kBlockN_ = sm90_ws_block_n(kHeadDim_)>
 struct Sm90WsTraits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups, 64 rows each
   static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = sm90_ws_block_n(kHeadDim_);
+  static constexpr int kBlockN = kBlockN_;  // keys per K / V tile (176: the long key blocks of W 128 without a right bound)
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // bytes
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;
-  // O is staged in its own buffer where it fits next to a ring of two stages (D <= 192): Q's buffer
-  // is then free after the tile's last S = Q K^T and the next tile's Q loads while this tile's O is
-  // written out. At D 256 O is staged through Q's buffer.
-  static constexpr bool kOwnO = 2 * kTileQ + 4 * kTileKV <= 200 * 1024;
+  // O is staged in its own buffer where it fits next to a ring of two stages (D <= 192 at 128 keys
+  // per tile): Q's buffer is then free after the tile's last S = Q K^T and the next tile's Q loads
+  // while this tile's O is written out. At D 256, and W 128 with 176 keys, O is staged through Q's.
+  static constexpr int kBudget = 220 * 1024;
+  static constexpr bool kOwnO = 2 * kTileQ + 4 * kTileKV <= kBudget;
   static constexpr int kTileO = kOwnO ? kTileQ : 0;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
-  static constexpr int kStagesFit = (200 * 1024 - kTileQ - kTileO) / (2 * kTileKV);
+  static constexpr int kStagesFit = (kBudget - kTileQ - kTileO) / (2 * kTileKV);
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;
@@ -71,6 +72,7 @@ struct Sm90WsTraits {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= (65536 / kThreads) / 8 * 8 * kThreads,
                 "register split over the launch allocation");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256, "wgmma n = head dim");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256 && (kBlockN * 128) % 1024 == 0, "key tile: whole k16 steps, one TMA box, 1 KiB-aligned column blocks");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 

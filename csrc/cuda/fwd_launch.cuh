@@ -87,9 +87,9 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
 
 // The warp-specialised Hopper kernel (dense, packed or paged fp16 / bf16; fwd_api.cu encodes the
 // tensor maps).
-template <typename T, int W, int C, bool kPaged>
+template <typename T, int W, int C, bool kPaged, int BN>
 fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
-  using Tr = Sm90WsTraits<T, W, C>;
+  using Tr = Sm90WsTraits<T, W, C, BN>;
   static std::atomic<bool> smem_ready[kMaxDevices];
   const auto kernel = &fwd_kernel_sm90_ws<Tr, kPaged>;
   FwdArgs& a = ta.f;

@@ -38,12 +38,17 @@ struct Wgmma;
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define FA_WGMMA_D128 "{" FA_WGMMA_R128 "}"
 
-#define FA_WGMMA_R192 FA_WGMMA_R128 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define FA_WGMMA_ACC192 \
+#define FA_WGMMA_R176 FA_WGMMA_R128 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
+#define FA_WGMMA_ACC176 \
     FA_WGMMA_ACC128, \
     "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
-    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+#define FA_WGMMA_D176 "{" FA_WGMMA_R176 "}"
+
+#define FA_WGMMA_R192 FA_WGMMA_R176 ", %88, %89, %90, %91, %92, %93, %94, %95"
+#define FA_WGMMA_ACC192 \
+    FA_WGMMA_ACC176, \
     "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define FA_WGMMA_D192 "{" FA_WGMMA_R192 "}"
 
@@ -83,12 +88,14 @@ struct Wgmma;
 FA_WGMMA_STRUCT(__half, "f16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21")
 FA_WGMMA_STRUCT(__half, "f16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37")
 FA_WGMMA_STRUCT(__half, "f16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69")
+FA_WGMMA_STRUCT(__half, "f16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93")
 FA_WGMMA_STRUCT(__half, "f16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101")
 FA_WGMMA_STRUCT(__half, "f16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%129", "%130", "%131", "%132", "%133")
 
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%129", "%130", "%131", "%132", "%133")
 
@@ -101,6 +108,9 @@ FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%12
 #undef FA_WGMMA_R128
 #undef FA_WGMMA_D128
 #undef FA_WGMMA_ACC128
+#undef FA_WGMMA_R176
+#undef FA_WGMMA_D176
+#undef FA_WGMMA_ACC176
 #undef FA_WGMMA_R192
 #undef FA_WGMMA_D192
 #undef FA_WGMMA_ACC192

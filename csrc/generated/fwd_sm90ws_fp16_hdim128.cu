@@ -4,6 +4,7 @@
 
 namespace fa {
 namespace cuda {
-template fa_status run_fwd_sm90_ws<__half, 128, 2, false>(FwdTmaArgs, cudaStream_t);
+template fa_status run_fwd_sm90_ws<__half, 128, 2, false, 128>(FwdTmaArgs, cudaStream_t);
+template fa_status run_fwd_sm90_ws<__half, 128, 2, false, 176>(FwdTmaArgs, cudaStream_t);
 }  // namespace cuda
 }  // namespace fa

@@ -1,5 +1,5 @@
-// Grid-limit checks: a 70000-row sequence (B=1, H=1, D=64, float16; sampled rows compared with a
-// float64 reference computed for those rows only) and batch*heads beyond 65535, the CUDA limit of
+// Grid-limit checks: a 70000-row sequence (B=1, H=1, D=64 and D=128 (its 176-key tiles), float16;
+// sampled rows compared with a float64 reference computed for those rows only) and batch*heads beyond 65535, the CUDA limit of
 // gridDim.y / gridDim.z. Skipped (visibly) without a CUDA device.
 import { expect, it } from 'vitest';
 import { flashAttention } from '../../lib/index';
@@ -7,11 +7,10 @@ import { AttnCase, Checker, checkForwardCase, checkLowp } from '../helpers/harne
 import { AttnDims, Rng, describeGpu, disposeAll, fmt, maxAbsErr, naiveLowp, randomTensor, refForward } from '../helpers/reference';
 
 describeGpu('CUDA long sequences and large grids', () => {
-  for (const causal of [false, true]) {
-    it(`N = 70000 rows, D = 64, float16${causal ? ', causal' : ''}: sampled rows match float64`, async () => {
+  for (const [D, causal] of [[64, false], [64, true], [128, false]] as const) {
+    it(`N = 70000 rows, D = ${D}, float16${causal ? ', causal' : ''}: sampled rows match float64`, async () => {
       const N = 70000;
-      const D = 64;
-      const rng = new Rng(causal ? 70001 : 70000);
+      const rng = new Rng((causal ? 70001 : 70000) + D);
       const host = [randomTensor(rng, [1, N, 1, D], 'float16'), randomTensor(rng, [1, N, 1, D], 'float16'), randomTensor(rng, [1, N, 1, D], 'float16')];
       const [q, k, v] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
       host.forEach((h) => h.tensor.dispose());
@@ -23,12 +22,12 @@ describeGpu('CUDA long sequences and large grids', () => {
       disposeAll(q, k, v, r.out, r.lse);
       const rows = [0, 1, 63, 64, 127, 128, 4095, 65534, 65535, 65536, 65537, 69871, 69999];
       for (let t = 0; t < 8; t++) rows.push(rng.int(0, N - 1));
-      const ck = new Checker(`N=${N}${causal ? ' causal' : ''}`);
+      const ck = new Checker(`N=${N} D=${D}${causal ? ' causal' : ''}`);
       const [qv, kv, vv] = host.map((h) => h.values);
       for (const i of rows) {
         // Row i alone is the problem (1 query, keys 0..last) without a mask.
         const last = causal ? i : N - 1;
-        const d: AttnDims = { B: 1, Nq: 1, Nk: last + 1, H: 1, Hkv: 1, D, causal: false, scale: 1 / 8, layout: 'bshd' };
+        const d: AttnDims = { B: 1, Nq: 1, Nk: last + 1, H: 1, Hkv: 1, D, causal: false, scale: 1 / Math.sqrt(D), layout: 'bshd' };
         const qi = qv.subarray(i * D, (i + 1) * D);
         const ks = kv.subarray(0, (last + 1) * D);
         const vs = vv.subarray(0, (last + 1) * D);
