@@ -107,7 +107,7 @@ bool encode_paged_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta)
          encode_rows_map(a.v, a.head_dim, int(rows), a.heads_k, 1, a.v_row, a.v_head, 0, ta->box_rows, &ta->tv);
 }
 
-// FA_FWD_SM90=cpasync keeps dense and packed calls on the cp.async wgmma kernel (comparisons).
+// FA_FWD_SM90=cpasync keeps dense, packed and paged calls on the cp.async wgmma kernel (comparisons).
 bool sm90_ws_enabled() {
   static const bool on = !env_is("FA_FWD_SM90", "cpasync");
   return on;
@@ -140,14 +140,15 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       // short queries, where the coarser diagonal tiles cost more than the third warpgroup gains
       // (NOTES-fwd.md, run 9: causal N 512 / 1k at 0.78x / 0.88x of two warpgroups).
       const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024);
-      // W 128, dense or packed, no right-bounded mask, from 8192 keys: key tiles of 176 (FA3's
+      // W 128, dense or packed, no window on either side, from 8192 keys: key tiles of 176 (FA3's
       // choice there; fewer softmax rounds and ping-pong turns per key, but O staged through Q's
       // buffer). H200 A/B in one run (NOTES-fwd.md): fp16 / bf16 N 16k +2-3%, N 8k +1-2%, N 4k
       // -1-2%, N 512 -10-13%. FA_WS_BN176=0 keeps 128 keys everywhere and FA_WS_BN176_MIN=n moves
       // the bound (comparisons, tests).
       static const int bn176 = env_flag("FA_WS_BN176", 1);
       static const int bn176_min = env_int("FA_WS_BN176_MIN", 8192);
-      const bool long_keys = W == 128 && !kPaged && !a.causal && bn176 && a.seqlen_k >= bn176_min;
+      // (A left-bounded window sees a few key blocks per tile, the short-key case where 176 loses.)
+      const bool long_keys = W == 128 && !kPaged && !a.causal && a.window_left < 0 && bn176 && a.seqlen_k >= bn176_min;
       FwdTmaArgs ta;
       ta.f = a;
       // Comparisons: FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS, FA_WS_PERSISTENT (0 / 1).

@@ -37,10 +37,14 @@ __device__ __forceinline__ SeqInfo fwd_seq(const FwdArgs& a, int b) {
                   a.total_q, a.total_k, a.max_pages * a.page_size);
 }
 
+// True when a paged call's sequence belongs to the decode kernel (the row-block kernels skip it).
+__device__ __forceinline__ bool fwd_decode_seq(const FwdArgs& a, const SeqInfo& seq) {
+  return a.decode_rows > 0 && seq.nq * a.group <= a.decode_rows;
+}
 // True when this thread block has nothing to do: its row block lies past its sequence's queries,
 // or (paged calls) the sequence belongs to the decode kernel.
 __device__ __forceinline__ bool fwd_block_idle(const FwdArgs& a, const SeqInfo& seq, int row0) {
-  return row0 >= seq.nq || (a.decode_rows > 0 && seq.nq * a.group <= a.decode_rows);
+  return row0 >= seq.nq || fwd_decode_seq(a, seq);
 }
 
 // Global pointers of one thread block (row block starting at row0 of query head bc.h of its

@@ -98,12 +98,12 @@ __device__ __forceinline__ WsTile ws_tile(const FwdArgs& a, int idx) {
 
 // The first tile index past the run of idle tiles that holds tile idx (w: its tile), in the order of
 // block_coord_of: the row blocks of one (sequence, head) are adjacent, the T that hold rows first
-// under a right-bounded mask (longest first), last otherwise.
+// under a right-bounded mask (longest first), last otherwise. T counts the row blocks that
+// fwd_block_idle calls busy (the same decode test), so every index of the run is idle.
 template <int BM>
 __device__ __forceinline__ int ws_idle_run_end(const FwdArgs& a, const WsTile& w, int idx) {
   const int M = a.num_m_blocks;
-  const bool decode_seq = a.decode_rows > 0 && w.seq.nq * a.group <= a.decode_rows;
-  const int T = decode_seq ? 0 : min((w.seq.nq + BM - 1) / BM, M);
+  const int T = fwd_decode_seq(a, w.seq) ? 0 : min((w.seq.nq + BM - 1) / BM, M);
   const int base = idx - idx % M;
   return a.causal ? base + M - T : base + M;
 }
