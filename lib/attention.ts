@@ -80,7 +80,7 @@ function dimName(name: string, ax: Axes, key: keyof Axes): string {
 }
 
 export function checkTensorArg(fn: string, name: string, t: unknown): Tensor {
-  if (!(t instanceof Tensor)) throw typeError(fn, name, 'must be a Tensor', t);
+  if (!Tensor.isTensor(t)) throw typeError(fn, name, 'must be a Tensor', t);
   if (t.disposed) throw new TypeError(`${fn}: ${name} is disposed, got a disposed Tensor`);
   return t;
 }
@@ -132,7 +132,7 @@ export function checkMask(fn: string, opts: Record<string, unknown>, D: number):
   }
   let blockM = 0, blockN = 0, threads = 0;
   if (opts.cpu !== undefined) {
-    const c = checkOptions(fn, opts.cpu, ['blockM', 'blockN', 'threads']);
+    const c = checkOptions(fn, opts.cpu, ['blockM', 'blockN', 'threads'], 'options.cpu');
     blockM = checkInt(fn, 'options.cpu.blockM', c.blockM, 1, 1024, 0);
     blockN = checkInt(fn, 'options.cpu.blockN', c.blockN, 1, 1024, 0);
     threads = checkInt(fn, 'options.cpu.threads', c.threads, 1, 1024, 0);

@@ -26,17 +26,32 @@ export function rangeError(fn: string, arg: string, expected: string, given: unk
   return new RangeError(`${fn}: ${arg} ${expected}, got ${raw ? String(given) : describe(given)}`);
 }
 
-/** Throws unless `options` is undefined or a plain object whose keys are all known. */
-export function checkOptions(fn: string, options: unknown, known: readonly string[]): Record<string, unknown> {
+/** Levenshtein distance of two short strings (option-name suggestions). */
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = cur;
+  }
+  return prev[b.length];
+}
+
+/**
+ * Throws unless `options` is undefined or a plain object whose keys are all known. `name` is the
+ * argument's name in messages: 'options', or a nested object's path such as 'options.rotary'.
+ */
+export function checkOptions(fn: string, options: unknown, known: readonly string[], name = 'options'): Record<string, unknown> {
   if (options === undefined) return {};
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw typeError(fn, 'options', 'must be an object or undefined', options);
+    throw typeError(fn, name, 'must be an object or undefined', options);
   }
   for (const key of Object.keys(options)) {
     if (!known.includes(key)) {
       const lower = key.toLowerCase().replace(/^is/, '');
-      const guess = known.find((k) => k.toLowerCase() === lower || lower.includes(k.toLowerCase()));
-      throw new TypeError(`${fn}: options.${key} is not an option${guess ? ` (did you mean options.${guess}?)` : ''}; ` +
+      const guess = known.find((k) => k.toLowerCase() === lower || lower.includes(k.toLowerCase())) ??
+        known.find((k) => k.length >= 4 && editDistance(lower, k.toLowerCase()) <= 2);
+      throw new TypeError(`${fn}: ${name}.${key} is not an option${guess ? ` (did you mean ${name}.${guess}?)` : ''}; ` +
         `expected one of ${known.join(', ')}, got '${key}'`);
     }
   }

@@ -100,7 +100,7 @@ function checkIndex(fn: string, name: string, v: unknown, device: number, length
     host = v;
     len = v.length;
     slot = v;
-  } else if (v instanceof Tensor) {
+  } else if (Tensor.isTensor(v)) {
     if (v.disposed) throw new TypeError(`${fn}: ${name} is disposed, got a disposed Tensor`);
     if (v.dtype !== 'int32') throw typeError(fn, `${name}.dtype`, `must be 'int32'`, v.dtype);
     len = v.size;
@@ -218,7 +218,7 @@ function baseParams(device: number, B: number, H: number, Hkv: number, D: number
 /** cos / sin of a rotary option: float32 [maxPosition, rotaryDim / 2], on `device`, rotaryDim <= D. */
 function checkRotary(fn: string, r: unknown, D: number, device: number) {
   if (r === undefined) return null;
-  const o = checkOptions(fn, r, ['cos', 'sin', 'interleaved']);
+  const o = checkOptions(fn, r, ['cos', 'sin', 'interleaved'], 'options.rotary');
   const cos = checkTensorArg(fn, 'options.rotary.cos', o.cos);
   const sin = checkTensorArg(fn, 'options.rotary.sin', o.sin);
   for (const [name, t] of [['options.rotary.cos', cos], ['options.rotary.sin', sin]] as const) {
@@ -436,7 +436,7 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
   const pt = checkPageTable(fn, opts.pageTable, device, B);
   const rot = checkRotary(fn, opts.rotary, c.D, device);
   let threads = 0;
-  if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads']).threads, 1, 1024, 0);
+  if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads'], 'options.cpu').threads, 1, 1024, 0);
   if (cn.host) checkCuSeqlens(fn, 'options.cuSeqlensNew', cn, totalNew, 'k.shape[0]');
   if (cn.host && sb.host && pt.idx.host) {
     for (let b = 0; b < B; b++) {
@@ -626,7 +626,7 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   let out = checkOutput(fn, 'options.out', opts.out, o0.shape, o0.dtype, device, inputs);
   let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
   let threads = 0;
-  if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads']).threads, 1, 1024, 0);
+  if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads'], 'options.cpu').threads, 1, 1024, 0);
   if (B * N * H === 0) {
     return new OutLse(
       out ?? await Tensor.empty(o0.shape, { dtype: o0.dtype, device: o0.device }),

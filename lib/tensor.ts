@@ -183,6 +183,14 @@ export class Tensor {
     return new Tensor(INTERNAL, { kind: 'device', index, handle }, shape, dtype);
   }
 
+  /**
+   * @internal Whether `x` was made by this class (a brand check: an object that merely has
+   * Tensor.prototype, Object.create(Tensor.prototype), is not one).
+   */
+  static isTensor(x: unknown): x is Tensor {
+    return typeof x === 'object' && x !== null && #storage in x;
+  }
+
   get disposed(): boolean {
     return this.#storage === null;
   }
