@@ -2,7 +2,9 @@
 // `npm run bench`: times the library on PERF.md's grid, next to PyTorch SDPA in the same run, and
 // writes a table, JSON and an SVG chart. Two figures per cell:
 //   kernel  CUDA events around each call of the core entry point (all of its kernels), warm-up,
-//           median of --reps launches
+//           median of --reps launches taken in four groups: before, between and after the API
+//           rounds (both figures then see the same clock state; nvidia-smi's SM clock is logged
+//           alongside and listed for the cells whose two figures differ by more than 2%)
 //   api     what a user gets: back-to-back public-API calls on device tensors, each awaited, outputs
 //           disposed as they go, closed by synchronize(); wall time / calls (median of 3 rounds of
 //           at least --api-ms milliseconds each)
@@ -19,7 +21,7 @@
 //              at equal work, and the same through a paged cache (pagedAttention)
 //   --serve    a serving loop: 64 sequences of random lengths, each step appends one token per
 //              sequence and runs pagedAttention for 32 layers; finished sequences free their pages
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -66,7 +68,10 @@ function grid(args: Record<string, string | boolean>): Case[] {
   return out;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const median = (xs: number[]) => {
+  const v = [...xs].sort((a, b) => a - b), m = v.length >> 1;
+  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+};
 const key = (c: Case) => `${c.dtype} D${c.D} ${c.causal ? 'causal' : 'full'} N${c.N}`;
 
 /** A device tensor of approximately standard-normal values generated on the GPU. */
@@ -79,9 +84,10 @@ async function randomDevice(shape: number[], dtype: DType, seed: number): Promis
 
 /**
  * Public-API time of back-to-back calls: `call` run repeatedly (each awaited, its outputs disposed),
- * closed by synchronize(); ms per call, median of 3 rounds of at least minMs each.
+ * closed by synchronize(); ms per call, median of 3 rounds of at least minMs each (the call's time
+ * guessed as guessMs). `between`, when given, runs after each round (timePair's kernel samples).
  */
-async function apiTime(call: () => Promise<void>, minMs: number, guessMs: number): Promise<number> {
+async function apiTime(call: () => Promise<void>, minMs: number, guessMs: number, between?: () => Promise<void>): Promise<number> {
   for (let i = 0; i < 3; i++) await call();
   await synchronize();
   const n = Math.max(10, Math.ceil(minMs / Math.max(guessMs, 1e-3)));
@@ -91,8 +97,27 @@ async function apiTime(call: () => Promise<void>, minMs: number, guessMs: number
     for (let i = 0; i < n; i++) await call();
     await synchronize();
     rounds.push((performance.now() - t0) / n);
+    if (between) await between();
   }
   return median(rounds);
+}
+
+/** Kernel samples per group in timePair (four groups). */
+const kernelGroup = (reps: number) => Math.max(2, Math.ceil(reps / 4));
+
+/**
+ * Public-API time and kernel time of the same call, taken in turns: kernel samples (CUDA events,
+ * `reps` in all) before, between and after the three API rounds, so that both medians see the same
+ * clock and power state. (Run 2 of NOTES-inference.md: a kernel timed cold beside API rounds timed
+ * after sustained load read 4% apart; kernel samples only before and after the rounds still left
+ * the power-hungry D 256 backward 3-4% apart in both directions.)
+ */
+async function timePair(call: () => Promise<void>, kernel: (warmup: number, reps: number) => Promise<number[]>,
+  apiMs: number, warmup: number, reps: number): Promise<{ api: number; kernel: number }> {
+  const per = kernelGroup(reps);
+  const samples = [...(await kernel(warmup, per))];
+  const api = await apiTime(call, apiMs, median(samples), async () => { samples.push(...(await kernel(1, per))); });
+  return { api, kernel: median(samples) };
 }
 
 async function timeOurs(c: Case, dirs: string[], warmup: number, reps: number, apiMs: number, deterministic = false) {
@@ -100,31 +125,34 @@ async function timeOurs(c: Case, dirs: string[], warmup: number, reps: number, a
   const k = await randomDevice([c.B, c.N, c.Hkv, c.D], c.dtype, 2);
   const v = await randomDevice([c.B, c.N, c.Hkv, c.D], c.dtype, 3);
   const dout = await randomDevice([c.B, c.N, c.H, c.D], c.dtype, 4);
-  const r: { fwd?: number; bwd?: number; fwdApi?: number; bwdApi?: number } = {};
+  // fwdWin / bwdWin: Date.now() at the start and end of each direction's timing (the clock log).
+  const r: { fwd?: number; bwd?: number; fwdApi?: number; bwdApi?: number; fwdWin?: [number, number]; bwdWin?: [number, number] } = {};
   try {
     if (dirs.includes('fwd')) {
-      // Kernel samples before and after the API rounds, so both figures see the same clock state
-      // (run 2: a kernel timed cold beside API rounds timed after sustained load read 4% apart).
-      const k1 = await benchmarkForward(q, k, v, { causal: c.causal }, warmup, reps);
-      r.fwdApi = await apiTime(async () => {
+      const w0 = Date.now();
+      const t = await timePair(async () => {
         const o = await flashAttention(q, k, v, { causal: c.causal });
         o.out.dispose();
         o.lse.dispose();
-      }, apiMs, median(k1));
-      r.fwd = median([...k1, ...(await benchmarkForward(q, k, v, { causal: c.causal }, 2, reps))]);
+      }, (w, n) => benchmarkForward(q, k, v, { causal: c.causal }, w, n), apiMs, warmup, reps);
+      r.fwdApi = t.api;
+      r.fwd = t.kernel;
+      r.fwdWin = [w0, Date.now()];
     }
     if (dirs.includes('bwd')) {
       const { out, lse } = await flashAttention(q, k, v, { causal: c.causal });
       try {
         const bopts = { causal: c.causal, deterministic };
-        const k1 = await benchmarkBackward(dout, q, k, v, out, lse, bopts, warmup, reps);
-        r.bwdApi = await apiTime(async () => {
+        const w0 = Date.now();
+        const t = await timePair(async () => {
           const g = await flashAttentionBackward(dout, q, k, v, out, lse, bopts);
           g.dq.dispose();
           g.dk.dispose();
           g.dv.dispose();
-        }, apiMs, median(k1));
-        r.bwd = median([...k1, ...(await benchmarkBackward(dout, q, k, v, out, lse, bopts, 2, reps))]);
+        }, (w, n) => benchmarkBackward(dout, q, k, v, out, lse, bopts, w, n), apiMs, warmup, reps);
+        r.bwdApi = t.api;
+        r.bwd = t.kernel;
+        r.bwdWin = [w0, Date.now()];
       } finally {
         out.dispose(); lse.dispose();
       }
@@ -425,6 +453,62 @@ async function serveBench(): Promise<string[]> {
     `${((ms * 1000) / layers).toFixed(1)} us per layer-step (appendKV + pagedAttention), ${(seqs / (ms / 1000)).toFixed(0)} tokens/s`];
 }
 
+/**
+ * The GPU's SM clock and power while the grid runs, from `nvidia-smi -lms` in the background (when
+ * it is on the PATH), so that a cell whose API and kernel figures differ can be read against the
+ * clock state it was timed in. On a host with several GPUs the one under load is read (the highest
+ * median power over the log): CUDA's ordinals need not be nvidia-smi's indices.
+ */
+class ClockLog {
+  private proc: ChildProcess | null = null;
+  private closed: Promise<void> = Promise.resolve();
+  private text = '';
+  constructor() {
+    if (spawnSync('nvidia-smi', ['-L'], { encoding: 'utf8' }).status !== 0) return;
+    const proc = spawn('nvidia-smi', ['--query-gpu=index,timestamp,clocks.sm,power.draw', '--format=csv,noheader,nounits', '-lms', '200'],
+      { stdio: ['ignore', 'pipe', 'ignore'] });
+    this.proc = proc;
+    proc.stdout!.setEncoding('utf8');
+    proc.stdout!.on('data', (d: string) => { this.text += d; });
+    this.closed = new Promise((resolve) => { proc.on('close', () => resolve()); proc.on('error', () => resolve()); });
+    proc.on('error', () => { this.proc = null; });
+    // Never what keeps the process alive (a failed run still exits).
+    proc.unref();
+    (proc.stdout as unknown as { unref?: () => void }).unref?.();
+    process.once('exit', () => proc.kill());
+  }
+  /** Stops the log and waits for its last lines. */
+  async stop(): Promise<void> {
+    if (!this.proc) return;
+    this.proc.kill();
+    this.proc = null;
+    await Promise.race([this.closed, new Promise((r) => setTimeout(r, 2000))]);
+  }
+  private samples(): Array<{ gpu: string; t: number; mhz: number; watts: number }> {
+    const out: Array<{ gpu: string; t: number; mhz: number; watts: number }> = [];
+    for (const line of this.text.split('\n')) {
+      const [gpu, ts, clk, pw] = line.split(',').map((x) => x.trim());
+      if (!ts || clk === undefined) continue;
+      const t = Date.parse(ts.replace(/\//g, '-').replace(' ', 'T'));  // nvidia-smi's local time, as Date.now()
+      if (Number.isFinite(t) && Number.isFinite(Number(clk))) out.push({ gpu, t, mhz: Number(clk), watts: Number(pw) });
+    }
+    return out;
+  }
+  /** SM MHz (min / median / max) and median watts of the loaded GPU between two Date.now() times. */
+  range(t0: number, t1: number): { mhz: [number, number, number]; watts: number; n: number } | null {
+    const all = this.samples();
+    const power = new Map<string, number[]>();
+    for (const x of all) if (Number.isFinite(x.watts)) power.set(x.gpu, [...(power.get(x.gpu) ?? []), x.watts]);
+    let busy = all[0]?.gpu, best = -Infinity;
+    for (const [gpu, w] of power) if (median(w) > best) best = median(w), busy = gpu;
+    const mine = all.filter((x) => x.gpu === busy && x.t >= t0 && x.t <= t1);
+    if (!mine.length) return null;
+    const mhz = mine.map((x) => x.mhz).sort((a, b) => a - b);
+    const watts = mine.map((x) => x.watts).filter(Number.isFinite);
+    return { mhz: [mhz[0], median(mhz), mhz[mhz.length - 1]], watts: watts.length ? median(watts) : NaN, n: mhz.length };
+  }
+}
+
 async function main() {
   const args = parseArgs(process.argv.slice(2));
   const gpus = devices();
@@ -443,12 +527,16 @@ async function main() {
     }
   }
   const rows: Row[] = [];
+  const clocks = cases.length ? new ClockLog() : null;
+  const windows = new Map<string, [number, number]>();
   let done = 0;
   for (const c of cases) {
     process.stderr.write(`\rbench: ${++done}/${cases.length} ${key(c)}        `);
     const f = attentionFlops(c.B, c.H, c.N, c.N, c.D, c.causal);
     try {
       const t = await timeOurs(c, dirs, warmup, reps, apiMs);
+      if (t.fwdWin) windows.set(`${key(c)} fwd`, t.fwdWin);
+      if (t.bwdWin) windows.set(`${key(c)} bwd`, t.bwdWin);
       if (t.fwd !== undefined) rows.push({ case: c, dir: 'fwd', impl: 'ours kernel', ms: t.fwd, tflops: f / t.fwd / 1e9 });
       if (t.fwdApi !== undefined) rows.push({ case: c, dir: 'fwd', impl: 'ours', ms: t.fwdApi, tflops: f / t.fwdApi / 1e9 });
       if (t.bwd !== undefined) rows.push({ case: c, dir: 'bwd', impl: 'ours kernel', ms: t.bwd, tflops: 2.5 * f / t.bwd / 1e9 });
@@ -463,6 +551,7 @@ async function main() {
     }
   }
   process.stderr.write('\n');
+  await clocks?.stop();  // before torch's run: its minutes would only fill the log
   let torchInfo = '';
   if (args.compare === 'torch' && cases.length) {
     const lowp = cases.filter((c) => c.dtype !== 'float32');
@@ -504,10 +593,34 @@ async function main() {
       lines.push(`| ${key(c)} B${c.B} H${c.H} | ${dir} | ${ours.tflops.toFixed(1)} | ${kern.tflops.toFixed(1)} | ${(ours.ms / kern.ms).toFixed(3)} | ${cells.join(' | ')} |`);
     }
   }
+  // Clock state per cell; listed in the table for the cells whose API / kernel ratio is off by > 2%.
+  const clockRows: Array<{ cell: string; mhz: [number, number, number]; watts: number; n: number }> = [];
+  const clockLines: string[] = [];
+  if (clocks) {
+    for (const [cell, w] of windows) {
+      const r = clocks.range(w[0], w[1]);
+      if (r) clockRows.push({ cell, ...r });
+    }
+    if (clockRows.length) {
+      const all = clockRows.flatMap((r) => r.mhz).sort((a, b) => a - b);
+      clockLines.push('', `SM clock while the cells were timed (nvidia-smi every 200 ms): ${all[0]}-${all[all.length - 1]} MHz over the grid.`);
+      const off = cases.flatMap((c) => dirs.map((dir) => ({ c, dir })).filter(({ c, dir }) => {
+        const o = rows.find((r) => r.case === c && r.dir === dir && r.impl === 'ours');
+        const k = rows.find((r) => r.case === c && r.dir === dir && r.impl === 'ours kernel');
+        return o && k && Math.abs(o.ms / k.ms - 1) > 0.02;
+      }));
+      for (const { c, dir } of off) {
+        const r = clockRows.find((x) => x.cell === `${key(c)} ${dir}`);
+        const o = rows.find((x) => x.case === c && x.dir === dir && x.impl === 'ours')!;
+        const k = rows.find((x) => x.case === c && x.dir === dir && x.impl === 'ours kernel')!;
+        if (r) clockLines.push(`- ${key(c)} ${dir}: API / kernel ${(o.ms / k.ms).toFixed(3)}; SM clock ${r.mhz[0]} / ${r.mhz[1]} / ${r.mhz[2]} MHz (min / median / max of ${r.n}), ${r.watts.toFixed(0)} W median`);
+      }
+    }
+  }
   const header = `GPU: ${gpus[0].name}; flash-attention-node ${buildInfo().version}; ${torchInfo}; ` +
-    `${new Date().toISOString().slice(0, 10)}; warmup ${warmup}, kernel: median of ${reps}; API: median of 3 rounds >= ${apiMs} ms`;
+    `${new Date().toISOString().slice(0, 10)}; warmup ${warmup}, kernel: median of ${4 * kernelGroup(reps)} in 4 groups between the API rounds; API: median of 3 rounds >= ${apiMs} ms`;
   console.log(header);
-  if (cases.length) console.log(lines.join('\n'));
+  if (cases.length) console.log([...lines, ...clockLines].join('\n'));
   const extra: string[] = [];
   if (args.overhead) extra.push(await overhead());
   let decodeRows: DecodeRow[] = [];
@@ -527,8 +640,8 @@ async function main() {
   if (args.varlen) extra.push('', ...(await varlenBench(apiMs)));
   if (args.serve) extra.push('', ...(await serveBench()));
   for (const l of extra) console.log(l);
-  fs.writeFileSync(path.join(outDir, 'results.json'), JSON.stringify({ header, rows, decode: decodeRows, extra }, null, 1));
-  fs.writeFileSync(path.join(outDir, 'table.md'), header + '\n\n' + lines.join('\n') + '\n' + extra.join('\n') + '\n');
+  fs.writeFileSync(path.join(outDir, 'results.json'), JSON.stringify({ header, rows, decode: decodeRows, extra, clocks: clockRows }, null, 1));
+  fs.writeFileSync(path.join(outDir, 'table.md'), header + '\n\n' + [...lines, ...clockLines].join('\n') + '\n' + extra.join('\n') + '\n');
   if (rows.length) svgChart(rows.filter((r) => r.impl !== 'ours kernel'), path.join(outDir, 'chart.svg'));
   console.log(`bench: wrote ${outDir}/results.json, table.md${rows.length ? ', chart.svg' : ''}`);
 }

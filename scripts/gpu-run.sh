@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -71,6 +71,22 @@ for s in $steps; do
       args="--dir bwd --dtype fp16,bf16 --hdim 64,128 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
       node dist/bench/cli.js $args --compare torch --out /tmp/ab-ws 2>&1 | tee "$OUT/bwd-ab-ws.log" | grep -E "^\| (float|bfloat)" | cut -c1-160
       FA_BWD_SM90=cpasync node dist/bench/cli.js $args --out /tmp/ab-cp 2>&1 | tee "$OUT/bwd-ab-cp.log" | grep -E "^\| (float|bfloat)" | cut -c1-110 ;;
+    percall)
+      # Issue 10's per-call cost: the tiny call with and without programmatic dependent launch of the
+      # warp-specialised forward (FA_FWD_PDL), the binding's host profile (FA_PROFILE_HOST: before /
+      # in / after the core call), twice each in turns; nsys's CUDA API and kernel summary if present.
+      for i in 1 2; do for pdl in 0 1; do
+        echo "-- FA_FWD_PDL=$pdl ($i)"
+        FA_FWD_PDL=$pdl FA_PROFILE_HOST=1 node dist/bench/cli.js --grid off --overhead --out /tmp/pc 2>&1 | grep -E "Per-call|host profile"
+      done; done | tee "$OUT/percall.log"
+      if command -v nsys > /dev/null; then
+        for pdl in 0 1; do
+          FA_FWD_PDL=$pdl timeout 150 nsys profile -o /tmp/pc$pdl --trace=cuda --force-overwrite true \
+            node dist/bench/cli.js --grid off --overhead --out /tmp/pc > /dev/null 2>&1
+          timeout 120 nsys stats --report cuda_api_sum,cuda_gpu_kern_sum --format csv /tmp/pc$pdl.nsys-rep > "$OUT/nsys-percall-pdl$pdl.csv" 2>&1
+          head -12 "$OUT/nsys-percall-pdl$pdl.csv"
+        done
+      fi ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

@@ -21,6 +21,10 @@ const lines = fs.readFileSync(path.join(dir, tableFile), 'utf8').split('\n');
 const start = lines.findIndex((l) => l.startsWith('| case | dir |'));
 const grid = [];
 for (let i = start; start >= 0 && i < lines.length && lines[i].startsWith('|'); i++) grid.push(lines[i]);
+// The clock lines the bench writes after the grid (SM clock over the grid, cells off by > 2%).
+const clockAt = lines.findIndex((l) => l.startsWith('SM clock while'));
+const clockLines = [];
+for (let i = clockAt; clockAt >= 0 && i < lines.length && (i === clockAt || lines[i].startsWith('- ')); i++) clockLines.push(lines[i]);
 const bench = path.resolve(__dirname, '..', 'bench');
 if (fs.existsSync(path.join(dir, 'chart.svg'))) fs.copyFileSync(path.join(dir, 'chart.svg'), path.join(bench, 'chart.svg'));
 
@@ -65,7 +69,8 @@ Measured with \`bash scripts/gpu-run.sh bench\` (\`npm run bench -- --compare to
   \`flashAttentionBackward\`), each awaited, outputs disposed as they go, closed by \`synchronize()\`;
   wall time / calls, median of 3 rounds (minimum round length in the header). All targets are read on this figure.
 - **kernel**: CUDA events around each call of the core entry point (all of its kernels), warm-up,
-  median of 30.
+  median of the samples taken in four groups: before, between and after the API rounds, so that
+  both figures see the same clock state.
 PyTorch SDPA (flash = FlashAttention-2 code, cuDNN, mem-efficient for fp32) timed with CUDA events in
 the same run on the same GPU, its backward as (forward + backward) - forward. FLOPs: forward
 4·B·H·N²·D (halved when causal), backward 2.5x forward. Random normal inputs (generated on the GPU).
@@ -89,7 +94,7 @@ ${extra}
 ## Full table (TFLOP/s)
 
 ${grid.join('\n')}
-
+${clockLines.length ? '\n' + clockLines.join('\n') + '\n' : ''}
 ![TFLOP/s against sequence length](chart.svg)
 ${notes ? '\n' + fs.readFileSync(notes, 'utf8') : ''}`;
 fs.writeFileSync(path.join(bench, 'RESULTS.md'), md);

@@ -62,13 +62,20 @@ inline bool sm90_kernels_usable() {
 #endif
 }
 
-// Launches `kernel` with programmatic dependent launch where the Hopper kernels run: its blocks
+// Whether launch_pdl asks for programmatic dependent launch: where the Hopper kernels run, unless
+// FA_PDL=0 (plain stream order, for comparisons).
+inline bool pdl_usable() {
+  static const bool on = env_flag("FA_PDL", 1) != 0;
+  return on && sm90_kernels_usable();
+}
+
+// Launches `kernel` with programmatic dependent launch when `pdl` (and pdl_usable()): its blocks
 // may be scheduled while the previous kernel on the stream finishes (the launch latency between
-// the decode kernel and its combine, and between back-to-back decode calls, overlaps). The kernel
+// the decode kernel and its combine, and between back-to-back calls, overlaps). The kernel
 // must call pdl_wait() (ptx.cuh) before it reads or writes global memory.
 template <typename... Params, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       Args&&... args) {
+cudaError_t launch_pdl_if(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -78,8 +85,16 @@ cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = sm90_kernels_usable() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+  cfg.numAttrs = pdl && pdl_usable() ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // reported by the caller, not left for the next call
+  return e;
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  return launch_pdl_if(true, kernel, grid, block, smem, stream, static_cast<Args&&>(args)...);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

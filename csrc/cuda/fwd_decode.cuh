@@ -184,8 +184,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
 
   // Launched with launch_pdl, the block may start while the kernel before it on the stream still
   // runs. Until pdl_wait() it reads only the sequence lengths and the page table: int32 arrays
-  // that no PDL-launched kernel of this library writes (the decode kernel and the combine write
-  // attention outputs), and a kernel that is not PDL-launched has finished before this one starts.
+  // that no PDL-launched kernel of this library writes (the decode kernel, the combine and the
+  // warp-specialised forward under FA_FWD_PDL write attention outputs and their own counters), and a kernel
+  // that is not PDL-launched has finished before this one starts.
   // Every block passes pdl_wait() before the next kernel may start (pdl_launch_dependents after it,
   // the early exits wait too), so the kernel before the previous one has always finished. The
   // queries and the cache (written by appendKV or the caller's kernels) are read after the wait.

@@ -103,8 +103,12 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
   const int64_t grid = ta.ctas > 0 ? std::min<int64_t>(blocks, ta.ctas) : blocks;
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
-  const cudaError_t err = cudaGetLastError();
+  // FA_FWD_PDL=1: launched with programmatic dependent launch, so that the block's launch and
+  // set-up (the mbarrier init) overlap the previous kernel's tail, the latency that a tiny call's
+  // GPU time mostly is (issue 10's per-call cost). The kernel waits (pdl_wait) before its first
+  // global access either way. Off by default until it has run on the H200 (NOTES-inference.md).
+  static const bool pdl = env_flag("FA_FWD_PDL", 0) != 0;
+  const cudaError_t err = launch_pdl_if(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
   return FA_OK;
 }
