@@ -10,6 +10,8 @@
 //   FA_HEAD_DIMS    head-dim tiles to compile, e.g. "64,128" (default: all)
 //   FA_BUILD_TOOLS  1 to also build the standalone C++ check/bench binaries
 //   FA_JOBS         parallel compile jobs (default: number of cores)
+//   FA_TRACE        1: development build whose warp-specialised forward prints a per-tile clock
+//                   split at exit (never for a release)
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -29,6 +31,7 @@ const settings = {
   FA_CUDA_ARCHS: opt('FA_CUDA_ARCHS', '80-real;90a-real;90-virtual').replace(/,/g, ';'),
   FA_HEAD_DIMS: opt('FA_HEAD_DIMS', '').replace(/,/g, ';'),
   FA_BUILD_TOOLS: /^(1|on|true|yes)$/i.test(opt('FA_BUILD_TOOLS', '')) ? 'ON' : 'OFF',
+  FA_TRACE: /^(1|on|true|yes)$/i.test(opt('FA_TRACE', '')) ? 'ON' : 'OFF',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -87,6 +87,16 @@ for s in $steps; do
           head -12 "$OUT/nsys-percall-pdl$pdl.csv"
         done
       fi ;;
+    trace)
+      # Issue 12's per-tile cost: needs an addon built with FA_TRACE=1 (FA_CUDA_ARCHS=90a
+      # FA_HEAD_DIMS=64,128,256 FA_TRACE=1 npm run build:native). One cell per process (the last
+      # launch of each kernel is reported at exit); TRACE_CELLS "hdim:seqlen:causal ...".
+      for cell in ${TRACE_CELLS:-128:1024:off 128:4096:off 128:16384:off 256:2048:off 256:16384:off 64:4096:off 128:4096:on}; do
+        IFS=: read -r hd n cz <<< "$cell"
+        echo "-- fp16 D$hd N$n causal $cz"
+        node dist/bench/cli.js --dir fwd --dtype fp16 --hdim $hd --seqlen $n --causal $cz --api-ms 20 --reps 8 --out /tmp/tr 2>&1 \
+          | grep -E "ws trace|^\| float16" | cut -c1-200
+      done | tee "$OUT/trace.log" ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

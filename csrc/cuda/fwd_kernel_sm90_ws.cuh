@@ -108,6 +108,26 @@ __device__ __forceinline__ int ws_idle_run_end(const FwdArgs& a, const WsTile& w
   return a.causal ? base + M - T : base + M;
 }
 
+// FA_WS_TRACE builds (FA_TRACE=1 npm run build:native; development only, never the default):
+// each consumer warpgroup's first thread records clock64 at four points of each of its block's
+// first kTraceTiles tiles (the tile's Q-full wait passed, its first key block's softmax done, its
+// last P V done, its epilogue done) and the tile's key-block count, so that the per-tile cost can
+// be split into the hand-over, the pipeline fill, the steady key blocks and the epilogue
+// (fwd_launch.cuh prints the split at exit). The last launch of each instantiation wins.
+#ifdef FA_WS_TRACE
+constexpr int kTraceCtas = 264, kTraceTiles = 64, kTraceWgs = 3, kTraceFields = 5;
+static __device__ long long g_ws_trace[kTraceCtas][kTraceTiles][kTraceWgs][kTraceFields];  // one per translation unit
+#define FA_WS_MARK(j, cw, field, value)                                                           \
+  do {                                                                                            \
+    if ((threadIdx.x & 127) == 0 && blockIdx.x < kTraceCtas && (j) < kTraceTiles)                 \
+      g_ws_trace[blockIdx.x][(j)][(cw)][(field)] = (value);                                       \
+  } while (0)
+#else
+#define FA_WS_MARK(j, cw, field, value) \
+  do {                                  \
+  } while (0)
+#endif
+
 template <class Tr, bool kPaged>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __grid_constant__ FwdTmaArgs ta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -325,6 +345,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     if (idx < 0) break;
     const WsTile w = ws_tile<BM, BN>(a, idx);
     const int n_blocks = w.n_max - w.n_min;
+    FA_WS_MARK(j, cw, 0, clock64());
+    FA_WS_MARK(j, cw, 4, n_blocks);
     const int row0 = w.row0, n_max = w.n_max, Nq = w.seq.nq;
     const FwdBlockPtrs gp = block_ptrs<2>(a, w.bc, w.seq, row0);
     if (n_blocks <= 0) {
@@ -423,6 +445,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
     mask_and_softmax(n_max - 1);
     pack_p();
+    FA_WS_MARK(j, cw, 1, clock64());
 
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
     for (int it = 1; it < n_blocks; ++it) {
@@ -467,6 +490,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     sm90::reg_fence<D / 2>(of);
     release(bar_ve + 8 * sc);
     c += n_blocks;
+    FA_WS_MARK(j, cw, 2, clock64());
 
     // Epilogue: each warp writes only its own rows (through its rows of the O buffer, or directly).
     // At D 256 (no O buffer) through the warpgroup's rows of Q's buffer, free once its four warps
@@ -480,6 +504,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       sm90_store_rows<T, D, BM>(o, row_max, row_sum, sl2, smem, gp, a, row0, wrow0, Nq, lane);
       release(bar_qe);
     }
+    FA_WS_MARK(j, cw, 3, clock64());
   }
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere

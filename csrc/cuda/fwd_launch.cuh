@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -85,6 +87,41 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
   return launch_fwd<Sm90FwdTraits<T, W>, kPaged>(args, stream);
 }
 
+#ifdef FA_WS_TRACE
+// FA_WS_TRACE builds: at exit, the split of the last launch's tiles (fwd_kernel_sm90_ws.cuh,
+// g_ws_trace), in SM cycles per consumer warpgroup: hand-over (previous tile's epilogue done ->
+// this tile's Q-full wait passed), fill (-> first key block's softmax done), steady key blocks
+// (-> last P V done, per block), epilogue (-> O written), and what a tile costs beyond its key
+// blocks at the steady rate, in key blocks.
+template <class Tr, bool kPaged>
+void ws_trace_report() {
+  static long long h[kTraceCtas][kTraceTiles][kTraceWgs][kTraceFields];
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, g_ws_trace, sizeof(h)) != cudaSuccess) return;
+  double gap = 0, fill = 0, steady = 0, epi = 0, nb = 0;
+  long n_gap = 0, n = 0, n_steady = 0;
+  for (int c = 0; c < kTraceCtas; ++c)
+    for (int w = 0; w < Tr::kConsumers; ++w)
+      for (int j = 0; j < kTraceTiles; ++j) {
+        const long long* e = h[c][j][w];
+        if (e[0] == 0 || e[3] == 0 || e[4] <= 0) continue;
+        ++n;
+        fill += double(e[1] - e[0]);
+        epi += double(e[3] - e[2]);
+        nb += double(e[4]);
+        if (e[4] > 1) steady += double(e[2] - e[1]) / double(e[4] - 1), ++n_steady;
+        if (j > 0 && h[c][j - 1][w][3] != 0) gap += double(e[0] - h[c][j - 1][w][3]), ++n_gap;
+      }
+  if (n == 0) return;
+  const double per_block = n_steady ? steady / n_steady : 0;
+  const double extra = fill / n + epi / n + (n_gap ? gap / n_gap : 0) - per_block;
+  fprintf(stderr,
+          "fa ws trace: W %d, %d consumers, %d keys per block%s: %ld tiles (mean %.1f key blocks); cycles: hand-over %.0f, "
+          "fill %.0f, steady %.0f per block, epilogue %.0f; a tile's cost beyond its blocks %.0f cycles = %.2f blocks\n",
+          Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, kPaged ? ", paged" : "", n, nb / n, n_gap ? gap / n_gap : 0.0,
+          fill / n, per_block, epi / n, extra, per_block > 0 ? extra / per_block : 0.0);
+}
+#endif
+
 // The warp-specialised Hopper kernel (dense, packed or paged fp16 / bf16; fwd_api.cu encodes the
 // tensor maps).
 template <typename T, int W, int C, bool kPaged, int BN>
@@ -108,6 +145,12 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   // GPU time mostly is (issue 10's per-call cost). The kernel waits (pdl_wait) before its first
   // global access either way. Off by default until it has run on the H200 (NOTES-inference.md).
   static const bool pdl = env_flag("FA_FWD_PDL", 0) != 0;
+#ifdef FA_WS_TRACE
+  static std::atomic<bool> reported{false};
+  void* trace = nullptr;
+  if (cudaGetSymbolAddress(&trace, g_ws_trace) == cudaSuccess) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
+  if (!reported.exchange(true)) std::atexit(&ws_trace_report<Tr, kPaged>);
+#endif
   const cudaError_t err = launch_pdl_if(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
   return FA_OK;
