@@ -173,9 +173,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   // kernel before it on the stream finishes. Everything above touches only shared memory; every
   // thread waits here before its first global access (tile counter, sequence bounds, Q / K / V,
   // O / lse). The next PDL-launched kernel may be scheduled once every block has passed the wait,
-  // so the kernel before this one has finished by then (fwd_decode.cuh relies on that).
-  pdl_wait();
-  pdl_launch_dependents();
+  // so the kernel before this one has finished by then (fwd_decode.cuh relies on that). Only
+  // launches that asked for it run these (ta.pdl): the default launch runs the measured kernel.
+  if (ta.pdl) {
+    pdl_wait();
+    pdl_launch_dependents();
+  }
 
   // Persistent loop (ta.ctas blocks, at most one per SM): block i starts with tile i, then takes
   // the next tile from a counter in global memory (tile order as the hardware would run one block

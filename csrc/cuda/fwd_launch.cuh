@@ -142,8 +142,8 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   const int64_t grid = ta.ctas > 0 ? std::min<int64_t>(blocks, ta.ctas) : blocks;
   // FA_FWD_PDL=1: launched with programmatic dependent launch, so that the block's launch and
   // set-up (the mbarrier init) overlap the previous kernel's tail, the latency that a tiny call's
-  // GPU time mostly is (issue 10's per-call cost). The kernel waits (pdl_wait) before its first
-  // global access either way. Off by default until it has run on the H200 (NOTES-inference.md).
+  // GPU time mostly is (issue 10's per-call cost). The kernel then waits (pdl_wait, ta.pdl) before its
+  // first global access. Off by default until it has run on the H200 (NOTES-inference.md).
   static const bool pdl = env_flag("FA_FWD_PDL", 0) != 0;
 #ifdef FA_WS_TRACE
   static std::atomic<bool> reported{false};
@@ -151,7 +151,8 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   if (cudaGetSymbolAddress(&trace, g_ws_trace) == cudaSuccess) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
   if (!reported.exchange(true)) std::atexit(&ws_trace_report<Tr, kPaged>);
 #endif
-  const cudaError_t err = launch_pdl_if(pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
+  ta.pdl = pdl && pdl_usable() ? 1 : 0;
+  const cudaError_t err = launch_pdl_if(ta.pdl != 0, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
   return FA_OK;
 }
