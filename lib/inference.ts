@@ -215,6 +215,12 @@ function baseParams(device: number, B: number, H: number, Hkv: number, D: number
   return P;
 }
 
+/** The CPU backend's worker count of appendKV / mergeAttention (options.cpu.threads; 0: all cores). */
+function cpuThreads(fn: string, cpu: unknown): number {
+  if (cpu === undefined) return 0;
+  return checkInt(fn, 'options.cpu.threads', checkOptions(fn, cpu, ['threads'], 'options.cpu').threads, 1, 1024, 0);
+}
+
 /** cos / sin of a rotary option: float32 [maxPosition, rotaryDim / 2], on `device`, rotaryDim <= D. */
 function checkRotary(fn: string, r: unknown, D: number, device: number) {
   if (r === undefined) return null;
@@ -435,8 +441,7 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
   const sb = checkIndex(fn, 'options.seqlensBefore', opts.seqlensBefore, device, B);
   const pt = checkPageTable(fn, opts.pageTable, device, B);
   const rot = checkRotary(fn, opts.rotary, c.D, device);
-  let threads = 0;
-  if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads'], 'options.cpu').threads, 1, 1024, 0);
+  const threads = cpuThreads(fn, opts.cpu);
   if (cn.host) checkCuSeqlens(fn, 'options.cuSeqlensNew', cn, totalNew, 'k.shape[0]');
   if (cn.host && sb.host && pt.idx.host) {
     for (let b = 0; b < B; b++) {
@@ -625,8 +630,7 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   const inputs = [...outs, ...lses];
   let out = checkOutput(fn, 'options.out', opts.out, o0.shape, o0.dtype, device, inputs);
   let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
-  let threads = 0;
-  if (opts.cpu !== undefined) threads = checkInt(fn, 'options.cpu.threads', checkOptions(fn, opts.cpu, ['threads'], 'options.cpu').threads, 1, 1024, 0);
+  const threads = cpuThreads(fn, opts.cpu);
   if (B * N * H === 0) {
     return new OutLse(
       out ?? await Tensor.empty(o0.shape, { dtype: o0.dtype, device: o0.device }),
