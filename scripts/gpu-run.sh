@@ -89,13 +89,13 @@ for s in $steps; do
       fi ;;
     trace)
       # Issue 12's per-tile cost: needs an addon built with FA_TRACE=1 (FA_CUDA_ARCHS=90a
-      # FA_HEAD_DIMS=64,128,256 FA_TRACE=1 npm run build:native). One cell per process (the last
-      # launch of each kernel is reported at exit); TRACE_CELLS "hdim:seqlen:causal ...".
+      # FA_HEAD_DIMS=64,128,256 FA_TRACE=1 npm run build:native). One cell per process; a split
+      # every 50th launch (FA_WS_TRACE_EVERY), the last two shown; TRACE_CELLS "hdim:seqlen:causal ...".
       for cell in ${TRACE_CELLS:-128:1024:off 128:4096:off 128:16384:off 256:2048:off 256:16384:off 64:4096:off 128:4096:on}; do
         IFS=: read -r hd n cz <<< "$cell"
-        echo "-- fp16 D$hd N$n causal $cz"
-        node dist/bench/cli.js --dir fwd --dtype fp16 --hdim $hd --seqlen $n --causal $cz --api-ms 20 --reps 8 --out /tmp/tr 2>&1 \
-          | grep -E "ws trace|^\| float16" | cut -c1-200
+        echo "-- fp16 D$hd N$n causal ${cz:-off} (the TFLOP/s of a trace build are not figures)"
+        node dist/bench/cli.js --dir fwd --dtype fp16 --hdim "$hd" --seqlen "$n" --causal "${cz:-off}" --api-ms 20 --reps 8 \
+          --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
       done | tee "$OUT/trace.log" ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \

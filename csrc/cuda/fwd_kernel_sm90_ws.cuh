@@ -113,7 +113,7 @@ __device__ __forceinline__ int ws_idle_run_end(const FwdArgs& a, const WsTile& w
 // first kTraceTiles tiles (the tile's Q-full wait passed, its first key block's softmax done, its
 // last P V done, its epilogue done) and the tile's key-block count, so that the per-tile cost can
 // be split into the hand-over, the pipeline fill, the steady key blocks and the epilogue
-// (fwd_launch.cuh prints the split at exit). The last launch of each instantiation wins.
+// (fwd_launch.cuh prints the split after every FA_WS_TRACE_EVERY-th launch).
 #ifdef FA_WS_TRACE
 constexpr int kTraceCtas = 264, kTraceTiles = 64, kTraceWgs = 3, kTraceFields = 5;
 static __device__ long long g_ws_trace[kTraceCtas][kTraceTiles][kTraceWgs][kTraceFields];  // one per translation unit
@@ -122,6 +122,12 @@ static __device__ long long g_ws_trace[kTraceCtas][kTraceTiles][kTraceWgs][kTrac
     if ((threadIdx.x & 127) == 0 && blockIdx.x < kTraceCtas && (j) < kTraceTiles)                 \
       g_ws_trace[blockIdx.x][(j)][(cw)][(field)] = (value);                                       \
   } while (0)
+// clock64 read after `dep` is computed (a plain clock64() may be scheduled before it).
+__device__ __forceinline__ long long clock_after(uint32_t dep) {
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t) : "r"(dep) : "memory");
+  return t;
+}
 #else
 #define FA_WS_MARK(j, cw, field, value) \
   do {                                  \
@@ -448,7 +454,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
     mask_and_softmax(n_max - 1);
     pack_p();
-    FA_WS_MARK(j, cw, 1, clock64());
+    FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
 
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
     for (int it = 1; it < n_blocks; ++it) {

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -88,37 +87,48 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
 }
 
 #ifdef FA_WS_TRACE
-// FA_WS_TRACE builds: at exit, the split of the last launch's tiles (fwd_kernel_sm90_ws.cuh,
-// g_ws_trace), in SM cycles per consumer warpgroup: hand-over (previous tile's epilogue done ->
-// this tile's Q-full wait passed), fill (-> first key block's softmax done), steady key blocks
-// (-> last P V done, per block), epilogue (-> O written), and what a tile costs beyond its key
-// blocks at the steady rate, in key blocks.
+// FA_WS_TRACE builds: after every FA_WS_TRACE_EVERY-th launch of an instantiation (default 50; the
+// stream is synchronised there, so its timing is not a performance figure), the split of that
+// launch's tiles (fwd_kernel_sm90_ws.cuh, g_ws_trace), in SM cycles per consumer warpgroup:
+// hand-over (previous tile's epilogue done -> this tile's Q-full wait passed), fill (-> first key
+// block's softmax done; a block's first tile left out: launch and cold caches), steady key blocks
+// (-> last P V done, per block after the first, the trailing P V included), epilogue (-> O
+// written), and what a tile costs beyond its key blocks at the steady rate, in key blocks.
 template <class Tr, bool kPaged>
-void ws_trace_report() {
+void ws_trace_report(cudaStream_t stream, void* trace) {
   static long long h[kTraceCtas][kTraceTiles][kTraceWgs][kTraceFields];
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, g_ws_trace, sizeof(h)) != cudaSuccess) return;
-  double gap = 0, fill = 0, steady = 0, epi = 0, nb = 0;
-  long n_gap = 0, n = 0, n_steady = 0;
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = cudaMemcpy(h, trace, sizeof(h), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    fprintf(stderr, "fa ws trace: %s\n", cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    return;
+  }
+  double gap = 0, fill = 0, steady = 0, steady_blocks = 0, epi = 0, nb = 0;
+  long n_gap = 0, n = 0, n_fill = 0;
   for (int c = 0; c < kTraceCtas; ++c)
     for (int w = 0; w < Tr::kConsumers; ++w)
       for (int j = 0; j < kTraceTiles; ++j) {
-        const long long* e = h[c][j][w];
-        if (e[0] == 0 || e[3] == 0 || e[4] <= 0) continue;
+        const long long* t = h[c][j][w];
+        if (t[0] == 0 || t[3] == 0 || t[4] <= 0) continue;  // not reached, or an idle tile
         ++n;
-        fill += double(e[1] - e[0]);
-        epi += double(e[3] - e[2]);
-        nb += double(e[4]);
-        if (e[4] > 1) steady += double(e[2] - e[1]) / double(e[4] - 1), ++n_steady;
-        if (j > 0 && h[c][j - 1][w][3] != 0) gap += double(e[0] - h[c][j - 1][w][3]), ++n_gap;
+        epi += double(t[3] - t[2]);
+        nb += double(t[4]);
+        steady += double(t[2] - t[1]), steady_blocks += double(t[4] - 1);
+        if (j > 0) fill += double(t[1] - t[0]), ++n_fill;
+        if (j > 0 && h[c][j - 1][w][3] != 0) gap += double(t[0] - h[c][j - 1][w][3]), ++n_gap;
       }
   if (n == 0) return;
-  const double per_block = n_steady ? steady / n_steady : 0;
-  const double extra = fill / n + epi / n + (n_gap ? gap / n_gap : 0) - per_block;
+  const double per_block = steady_blocks > 0 ? steady / steady_blocks : 0;
+  const double hand = n_gap ? gap / n_gap : 0, first = n_fill ? fill / n_fill : 0;
+  const double extra = hand + first + epi / n - per_block;
   fprintf(stderr,
-          "fa ws trace: W %d, %d consumers, %d keys per block%s: %ld tiles (mean %.1f key blocks); cycles: hand-over %.0f, "
-          "fill %.0f, steady %.0f per block, epilogue %.0f; a tile's cost beyond its blocks %.0f cycles = %.2f blocks\n",
-          Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, kPaged ? ", paged" : "", n, nb / n, n_gap ? gap / n_gap : 0.0,
-          fill / n, per_block, epi / n, extra, per_block > 0 ? extra / per_block : 0.0);
+          "fa ws trace: W %d, %d consumers, %d keys per block%s: %ld warpgroup-tiles (mean %.1f key blocks); cycles: "
+          "hand-over %.0f, fill %.0f, steady %.0f per block, epilogue %.0f; a tile's cost beyond its blocks %.0f cycles "
+          "= %.2f blocks\n",
+          Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, kPaged ? ", paged" : "", n, nb / n, hand, first, per_block, epi / n,
+          extra, per_block > 0 ? extra / per_block : 0.0);
+  (void)cudaMemsetAsync(trace, 0, sizeof(h), stream);
 }
 #endif
 
@@ -146,14 +156,22 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   // first global access. Off by default until it has run on the H200 (NOTES-inference.md).
   static const bool pdl = env_flag("FA_FWD_PDL", 0) != 0;
 #ifdef FA_WS_TRACE
-  static std::atomic<bool> reported{false};
-  void* trace = nullptr;
-  if (cudaGetSymbolAddress(&trace, g_ws_trace) == cudaSuccess) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
-  if (!reported.exchange(true)) std::atexit(&ws_trace_report<Tr, kPaged>);
+  // (the instantiations of one translation unit share its buffer: cleared before each launch,
+  // read right after the reported one)
+  static void* trace = [] {
+    void* p = nullptr;
+    return cudaGetSymbolAddress(&p, g_ws_trace) == cudaSuccess ? p : nullptr;
+  }();
+  static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
+  static std::atomic<int> launches{0};
+  if (trace != nullptr) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
 #endif
   ta.pdl = pdl && pdl_usable() ? 1 : 0;
   const cudaError_t err = launch_pdl_if(ta.pdl != 0, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
+#ifdef FA_WS_TRACE
+  if (trace != nullptr && ++launches % every == 0) ws_trace_report<Tr, kPaged>(stream, trace);
+#endif
   return FA_OK;
 }
 
