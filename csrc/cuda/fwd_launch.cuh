@@ -128,7 +128,6 @@ void ws_trace_report(cudaStream_t stream, void* trace) {
           "= %.2f blocks\n",
           Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, kPaged ? ", paged" : "", n, nb / n, hand, first, per_block, epi / n,
           extra, per_block > 0 ? extra / per_block : 0.0);
-  (void)cudaMemsetAsync(trace, 0, sizeof(h), stream);
 }
 #endif
 
