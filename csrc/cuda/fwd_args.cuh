@@ -61,7 +61,7 @@ struct FwdTmaArgs {
   FwdArgs f;
   int pingpong;        // the consumer warpgroups take turns issuing their products (fwd_kernel_sm90_ws.cuh)
   int rescale_always;  // rescale O at every key block (comparisons; default: when a row max moved)
-  int pdl;             // launched with programmatic dependent launch (default; FA_FWD_PDL=0 turns it off): wait, then trigger
+  int pdl;             // launched with programmatic dependent launch (FA_FWD_PDL=1): wait, then trigger
   int ctas;            // persistent grid: blocks launched (0: one per tile)
   int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches
   int box_rows;        // paged K/V: rows of a K / V box (divides the page size and the key block)
