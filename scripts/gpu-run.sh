@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|pdl-racecheck|source-profile|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -97,6 +97,35 @@ for s in $steps; do
         node dist/bench/cli.js --dir fwd --dtype fp16 --hdim "$hd" --seqlen "$n" --causal "${cz:-off}" --api-ms 20 --reps 8 \
           --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
       done | tee "$OUT/trace.log" ;;
+    pdl-racecheck)
+      # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
+      # PDL-launched (ninth session: the whole workload did not finish in 300 s with FA_FWD_PDL=1,
+      # 230 s without): each dense case alone, with and without PDL, 60 s each at most.
+      for i in ${SMOKE_CASES:-0 1 2 3 9 10}; do for pdl in 1 0; do
+        FA_FWD_PDL=$pdl FA_SMOKE_CASES=$i timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/gpu-smoke.js > /tmp/rc-$i-$pdl.log 2>&1
+        echo "case $i FA_FWD_PDL=$pdl: exit $? $(grep -E 'ok=' /tmp/rc-$i-$pdl.log | tail -1) $(grep -E 'RACECHECK SUMMARY' /tmp/rc-$i-$pdl.log | tail -1) $(el)"
+      done; done | tee "$OUT/pdl-racecheck.log" ;;
+    source-profile)
+      # Issue 12 / 11: where the warps of the steady loop wait. ncu's source counters (warp stall
+      # samples per SASS instruction) on one call of the warp-specialised forward (fp16 D 128 full
+      # N 4k) and of the decode kernel (B 1 x 16k, page 16); the SASS source page as CSV, the rest as
+      # the details page.
+      if command -v ncu > /dev/null; then
+        timeout 200 ncu --kernel-name regex:fwd_kernel_sm90_ws --launch-skip 3 --launch-count 1 --section SourceCounters \
+          --section WarpStateStats --section SpeedOfLight -f -o /tmp/src-ws node dist/bench/cli.js --dir fwd --dtype fp16 \
+          --hdim 128 --seqlen 4096 --causal off --api-ms 1 --reps 2 --out /tmp/sp > "$OUT/ncu-src-ws.log" 2>&1
+        timeout 150 ncu --kernel-name regex:fwd_decode --launch-skip 3 --launch-count 1 --section SourceCounters \
+          --section WarpStateStats --section SpeedOfLight -f -o /tmp/src-decode node dist/bench/cli.js --grid off --decode \
+          --decode-cells 1x16384x16 --api-ms 1 --out /tmp/sp >> "$OUT/ncu-src-decode.log" 2>&1
+        for r in ws decode; do
+          [ -f /tmp/src-$r.ncu-rep ] || { echo "no report for $r"; continue; }
+          ncu -i /tmp/src-$r.ncu-rep --page details > "$OUT/ncu-src-$r-details.txt" 2>&1
+          ncu -i /tmp/src-$r.ncu-rep --page source --csv --print-source sass > "$OUT/ncu-src-$r-sass.csv" 2>&1
+          echo "-- $r: $(wc -l < "$OUT/ncu-src-$r-sass.csv") SASS lines"
+          python3 scripts/ncu-top.py "$OUT/ncu-src-$r-sass.csv" 30 | tee "$OUT/ncu-src-$r-top.txt"
+          grep -E "Duration|Warp Cycles Per Issued|Issued Warp|No Eligible" "$OUT/ncu-src-$r-details.txt" | head -8
+        done
+      fi ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

@@ -5,7 +5,9 @@
 // rounds up to a wider tile, forward and backward (atomic and deterministic), packed (varlen)
 // forward and backward, appendKV with rotary into a paged cache (page sizes 1 and 16) and
 // pagedAttention (decode with split-KV, a mixed prefill/decode batch), and mergeAttention. Checks
-// every result is finite; exits 1 on any failure.
+// every result is finite; exits 1 on any failure. Each line carries the seconds since the start.
+// FA_SMOKE_CASES=0,2 (development): only those dense cases (0-based), and no varlen / paged part;
+// bisecting a sanitizer run.
 'use strict';
 const {
   Tensor, flashAttention, flashAttentionBackward, flashAttentionVarlen, flashAttentionVarlenBackward, appendKV,
@@ -46,12 +48,15 @@ const cases = [
 (async () => {
   const bwd = buildInfo().cudaBackward === true;
   let bad = 0;
+  const t0 = Date.now();
   const report = (name, ok) => {
-    console.log(`${name}: ok=${ok}`);
+    console.log(`${name}: ok=${ok} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
     if (!ok) bad++;
   };
+  const only = process.env.FA_SMOKE_CASES ? new Set(process.env.FA_SMOKE_CASES.split(',').map(Number)) : null;
   // Dense forward / backward, every input disposed right after the last call that reads it.
-  for (const c of cases) {
+  for (const [ci, c] of cases.entries()) {
+    if (only && !only.has(ci)) continue;
     const shape = (N, H) => (c.layout === 'bhsd' ? [c.B, H, N, c.D] : [c.B, N, H, c.D]);
     const mk = (N, H, seed) => up(rand(c.B * N * H * c.D, seed), shape(N, H), c.dtype);
     const [q, k, v, dout] = await Promise.all([mk(c.Nq, c.H, 1), mk(c.Nk, c.Hkv, 2), mk(c.Nk, c.Hkv, 3), mk(c.Nq, c.H, 4)]);
@@ -67,7 +72,7 @@ const cases = [
     report(JSON.stringify(c), ok);
   }
   // Varlen forward + backward (an empty sequence included).
-  {
+  if (!only) {
     const lens = [5, 0, 130, 64], H = 4, Hkv = 2, D = 64;
     const cu = Int32Array.from([0, 5, 5, 135, 199]);
     const T = 199;
@@ -82,7 +87,7 @@ const cases = [
     report(`varlen lens=${lens}`, ok);
   }
   // Paged cache: appendKV with rotary, then decode (split-KV) and a mixed batch.
-  for (const page of [1, 16, 24]) {  // 24: the warp-specialised kernel's boxes of 8 rows
+  for (const page of only ? [] : [1, 16, 24]) {  // 24: the warp-specialised kernel's boxes of 8 rows
     const B = 3, Hkv = 2, H = 8, D = 128, before = [300, 7, 1000], fresh = [1, 300, 1];
     const total = before.map((x, i) => x + fresh[i]);
     const maxPages = Math.ceil(Math.max(...total) / page);
