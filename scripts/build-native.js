@@ -12,6 +12,8 @@
 //   FA_JOBS         parallel compile jobs (default: number of cores)
 //   FA_TRACE        1: development build whose warp-specialised forward prints a per-tile clock
 //                   split at exit (never for a release)
+//   FA_WS_SPLIT_O   1: development build whose D 256 and W 128 176-key warp-specialised forwards stage O through a
+//                   half-width buffer of its own (Sm90WsTraits::kHalfO; an A/B, not a release)
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -32,6 +34,7 @@ const settings = {
   FA_HEAD_DIMS: opt('FA_HEAD_DIMS', '').replace(/,/g, ';'),
   FA_BUILD_TOOLS: /^(1|on|true|yes)$/i.test(opt('FA_BUILD_TOOLS', '')) ? 'ON' : 'OFF',
   FA_TRACE: /^(1|on|true|yes)$/i.test(opt('FA_TRACE', '')) ? 'ON' : 'OFF',
+  FA_WS_SPLIT_O: /^(1|on|true|yes)$/i.test(opt('FA_WS_SPLIT_O', '')) ? 'ON' : 'OFF',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

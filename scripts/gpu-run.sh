@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|pdl-racecheck|source-profile|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|fwd-ab|pdl-racecheck|source-profile|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -97,6 +97,23 @@ for s in $steps; do
         node dist/bench/cli.js --dir fwd --dtype fp16 --hdim "$hd" --seqlen "$n" --causal "${cz:-off}" --api-ms 20 --reps 8 \
           --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
       done | tee "$OUT/trace.log" ;;
+    fwd-ab)
+      # A/B of two builds of the forward: this tree's addon (A) and AB_ADDON (B, e.g. an
+      # FA_WS_SPLIT_O=1 build), in turns, twice each, torch in the first A run; AB_ARGS narrows the
+      # grid (default fp16, D 128 and 256, causal and not, N 512-16k).
+      args="--dir fwd --dtype fp16 --hdim 128,256 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
+      if [ -f "${AB_ADDON:-}" ]; then
+        cp build/Release/flash_attention_node.node /tmp/addon-a.node
+        for round in 1 2; do for side in a b; do
+          if [ $side = a ]; then cp /tmp/addon-a.node build/Release/flash_attention_node.node; else cp "$AB_ADDON" build/Release/flash_attention_node.node; fi
+          cmp=""; [ $side$round = a1 ] && cmp="--compare torch"
+          echo "-- $side (round $round) $(el)"
+          node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/fwd-ab-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
+        done; done | tee "$OUT/fwd-ab.log"
+        cp /tmp/addon-a.node build/Release/flash_attention_node.node
+      else
+        echo "fwd-ab: AB_ADDON (the B build's .node) not found"
+      fi ;;
     pdl-racecheck)
       # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
       # PDL-launched (ninth session: the whole workload did not finish in 300 s with FA_FWD_PDL=1,

@@ -53,42 +53,53 @@ struct Sm90FwdTraits {
 
 // Epilogue of one warp of a wgmma forward kernel: its 16 rows of O (accumulator fragments, rows
 // wrow0 + g and wrow0 + g + 8) normalised by the row sums, lse = m * scale + ln(l), O staged through
-// the warp's own rows of the swizzled Q tile (BM rows per 64-column block) and written with 16-byte
-// stores. The caller makes sure that no wgmma still reads those rows of Q.
-template <typename T, int D, int BM>
+// the warp's own rows of a swizzled buffer of kPass columns (BM rows per 64-column block: Q's tile,
+// or a buffer of its own) and written with 16-byte stores, kPass columns at a time (kPass = D: one
+// pass). The caller makes sure that no wgmma still reads those rows of the buffer.
+template <typename T, int D, int BM, int kPass = D>
 __device__ __forceinline__ void sm90_store_rows(const float (&o)[1][D / 8][4], const float (&row_max)[1][2],
                                                 const float (&row_sum)[1][2], float sl2, unsigned char* smem,
                                                 const FwdBlockPtrs& gp, const FwdArgs& a, int row0, int wrow0,
                                                 int Nq, int lane) {
+  static_assert(kPass % 64 == 0 && D % kPass == 0, "whole 64-column blocks per pass");
   const int g = lane >> 2, t = lane & 3;
   const int valid_chunks = a.head_dim / 8;
+  constexpr int kChunks = kPass / 8;  // 16-byte chunks of a row per pass
+  float inv[2];
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float l = row_sum[0][hr];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const bool seen = l > 0.f;
-    const float inv = seen ? 1.f / l : 0.f;
-    const int r = wrow0 + g + 8 * hr;  // r % 8 == g
-    if (gp.lse != nullptr && t == 0 && row0 + r < Nq)
-      gp.lse[r] = seen ? (__fmul_rn(row_max[0][hr], sl2) + fast_log2(l)) * kLn2 : INFINITY;
+  for (int pass = 0; pass < D / kPass; ++pass) {
+    if (pass > 0) __syncwarp();  // the previous pass's reads of the buffer are done
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const uint32_t packed = pack2<T>(o[0][dt][2 * hr] * inv, o[0][dt][2 * hr + 1] * inv);
-      const int off = (dt / 8) * BM * 128 + r * 128 + (((dt % 8) ^ g) * 16) + t * 4;
-      *reinterpret_cast<uint32_t*>(smem + off) = packed;
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = wrow0 + g + 8 * hr;  // r % 8 == g
+      if (pass == 0) {
+        float l = row_sum[0][hr];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const bool seen = l > 0.f;
+        inv[hr] = seen ? 1.f / l : 0.f;
+        if (gp.lse != nullptr && t == 0 && row0 + r < Nq)
+          gp.lse[r] = seen ? (__fmul_rn(row_max[0][hr], sl2) + fast_log2(l)) * kLn2 : INFINITY;
+      }
+#pragma unroll
+      for (int d = 0; d < kPass / 8; ++d) {
+        const int dt = pass * (kPass / 8) + d;
+        const uint32_t packed = pack2<T>(o[0][dt][2 * hr] * inv[hr], o[0][dt][2 * hr + 1] * inv[hr]);
+        const int off = (d / 8) * BM * 128 + r * 128 + (((d % 8) ^ g) * 16) + t * 4;
+        *reinterpret_cast<uint32_t*>(smem + off) = packed;
+      }
     }
-  }
-  __syncwarp();
-  constexpr int kChunks = D / 8;
+    __syncwarp();
 #pragma unroll
-  for (int i = 0; i < 16 * kChunks / 32; ++i) {
-    const int idx = lane + 32 * i;
-    const int r = wrow0 + idx / kChunks;
-    const int c = idx % kChunks;
-    if (row0 + r < Nq && c < valid_chunks) {
-      const int off = (c / 8) * BM * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16);
-      *reinterpret_cast<uint4*>(gp.o + r * a.o_row * 2 + c * 16) = *reinterpret_cast<const uint4*>(smem + off);
+    for (int i = 0; i < 16 * kChunks / 32; ++i) {
+      const int idx = lane + 32 * i;
+      const int r = wrow0 + idx / kChunks;
+      const int c = idx % kChunks;
+      const int cg = pass * kChunks + c;  // the chunk's column in O
+      if (row0 + r < Nq && cg < valid_chunks) {
+        const int off = (c / 8) * BM * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16);
+        *reinterpret_cast<uint4*>(gp.o + r * a.o_row * 2 + cg * 16) = *reinterpret_cast<const uint4*>(smem + off);
+      }
     }
   }
 }

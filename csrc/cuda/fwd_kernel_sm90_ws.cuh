@@ -35,6 +35,10 @@
 #include "cuda/fwd_kernel_sm90.cuh"
 #include "cuda/wgmma.cuh"
 
+#ifndef FA_WS_SPLIT_O
+#define FA_WS_SPLIT_O 0  // FA_WS_SPLIT_O=1 (CMake option, development): see Sm90WsTraits::kHalfO
+#endif
+
 namespace fa {
 namespace cuda {
 
@@ -50,12 +54,21 @@ struct Sm90WsTraits {
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;
   // O is staged in its own buffer where it fits next to a ring of two stages (D <= 192 at 128 keys
   // per tile): Q's buffer is then free after the tile's last S = Q K^T and the next tile's Q loads
-  // while this tile's O is written out. At D 256, and W 128 with 176 keys, O is staged through Q's.
+  // while this tile's O is written out. At D 256, and W 128 with 176 keys, O is staged through Q's,
+  // so the next Q loads only after the epilogue (D 256: ~3000 cycles of hand-over per tile,
+  // NOTES-fwd.md, ninth session). FA_WS_SPLIT_O=1 builds (development, off by default until it
+  // has run on the H200) give those two a buffer of half O's width instead (32 / 16 KiB, in what
+  // the sm_90 limit leaves above kBudget), filled and written out in two column passes of kOPass
+  // columns, so that Q is free after the last S there too.
   static constexpr int kBudget = 220 * 1024;
-  static constexpr bool kOwnO = 2 * kTileQ + 4 * kTileKV <= kBudget;
-  static constexpr int kTileO = kOwnO ? kTileQ : 0;
+  static constexpr int kSplitBudget = 227 * 1024 - 1024 - 256;  // the limit less the alignment slack, barriers and slots
+  static constexpr bool kFullO = 2 * kTileQ + 4 * kTileKV <= kBudget;
+  static constexpr bool kHalfO = FA_WS_SPLIT_O && !kFullO && kHeadDim % 128 == 0 && kTileQ + kTileQ / 2 + 4 * kTileKV <= kSplitBudget;
+  static constexpr bool kOwnO = kFullO || kHalfO;
+  static constexpr int kOPass = kHalfO ? kHeadDim / 2 : kHeadDim;  // columns per staging pass
+  static constexpr int kTileO = kFullO ? kTileQ : kHalfO ? kTileQ / 2 : 0;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
-  static constexpr int kStagesFit = (kBudget - kTileQ - kTileO) / (2 * kTileKV);
+  static constexpr int kStagesFit = ((kHalfO ? kSplitBudget : kBudget) - kTileQ - kTileO) / (2 * kTileKV);
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;
@@ -507,7 +520,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // rows out. (4-byte stores straight from the registers instead, releasing Q after the last S,
     // measured 4-7% slower at N 1k-4k.)
     if constexpr (Tr::kOwnO) {
-      sm90_store_rows<T, D, BM>(o, row_max, row_sum, sl2, smem_o, gp, a, row0, wrow0, Nq, lane);
+      sm90_store_rows<T, D, BM, Tr::kOPass>(o, row_max, row_sum, sl2, smem_o, gp, a, row0, wrow0, Nq, lane);
     } else {
       sm90::named_bar_sync(1 + cw, 128);
       sm90_store_rows<T, D, BM>(o, row_max, row_sum, sl2, smem, gp, a, row0, wrow0, Nq, lane);
