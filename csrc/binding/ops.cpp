@@ -46,9 +46,17 @@ struct HostProfile {
   double fill = 0, core = 0, result = 0;
   long calls = 0;
   ~HostProfile() {
-    if (on && calls > 0)
-      fprintf(stderr, "flash-attention-node host profile: %ld forward / paged CUDA calls, per call: %.2f us before the core call, %.2f us in it, %.2f us after\n",
-              calls, fill / calls, core / calls, result / calls);
+    if (!on || calls == 0) return;
+    fprintf(stderr, "flash-attention-node host profile: %ld forward / paged CUDA calls, per call: %.2f us before the core call, %.2f us in it, %.2f us after\n",
+            calls, fill / calls, core / calls, result / calls);
+#ifdef FA_WITH_CUDA
+    double launch_us = 0;
+    long launches = 0;
+    fa_profile_launches(&launch_us, &launches);
+    if (launches > 0)
+      fprintf(stderr, "flash-attention-node host profile: %ld Hopper kernel launches, %.2f us each inside cudaLaunchKernelEx\n",
+              launches, launch_us / launches);
+#endif
   }
 };
 HostProfile g_prof;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <chrono>
 
 #include <cmath>
 #include <string>
@@ -69,6 +70,15 @@ inline bool pdl_usable() {
   return on && sm90_kernels_usable();
 }
 
+// FA_PROFILE_HOST=1: host time inside cudaLaunchKernelEx (launch_pdl_if), read by
+// fa_profile_launches (issue 10's per-call cost: the launch's share of the core call).
+struct LaunchProfile {
+  bool on = env_flag("FA_PROFILE_HOST", 0) != 0;
+  std::atomic<long long> ns{0};
+  std::atomic<long> count{0};
+};
+LaunchProfile& launch_profile();  // fwd_api.cu
+
 // Launches `kernel` with programmatic dependent launch when `pdl` (and pdl_usable()): its blocks
 // may be scheduled while the previous kernel on the stream finishes (the launch latency between
 // the decode kernel and its combine, and between back-to-back calls, overlaps). The kernel
@@ -86,7 +96,13 @@ cudaError_t launch_pdl_if(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 b
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl && pdl_usable() ? 1 : 0;
+  LaunchProfile& prof = launch_profile();
+  const auto t0 = prof.on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...);
+  if (prof.on) {
+    prof.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    ++prof.count;
+  }
   if (e != cudaSuccess) (void)cudaGetLastError();  // reported by the caller, not left for the next call
   return e;
 }

@@ -452,6 +452,17 @@ extern "C" int fa_cuda_supports(fa_dtype dtype, int head_dim) {
   return fa::cuda::pick_compiled_width(dtype, head_dim, false) != 0 ? 1 : 0;
 }
 
+fa::cuda::LaunchProfile& fa::cuda::launch_profile() {
+  static LaunchProfile prof;
+  return prof;
+}
+
+extern "C" void fa_profile_launches(double* total_us, long* count) {
+  fa::cuda::LaunchProfile& prof = fa::cuda::launch_profile();
+  if (total_us != nullptr) *total_us = double(prof.ns.load()) / 1000.0;
+  if (count != nullptr) *count = prof.count.load();
+}
+
 extern "C" fa_status fa_fwd_cuda(const fa_fwd_params* p, void* stream) {
   using namespace fa::cuda;
   if (p == nullptr) return fa::fail(FA_ERR_INVALID, "fa_fwd_cuda: params is NULL");

@@ -204,6 +204,11 @@ fa_status fa_merge_cuda(const fa_merge_params* p, void* stream);
 void fa_convert_from_f32(const float* src, void* dst, size_t n, fa_dtype dst_dtype);
 void fa_convert_to_f32(const void* src, float* dst, size_t n, fa_dtype src_dtype);
 
+// FA_PROFILE_HOST=1 (development): the host time spent inside cudaLaunchKernelEx by the CUDA
+// backend's launches of the Hopper kernels (warp-specialised forward, decode) so far, and their
+// count; zeros when the switch is off. Defined in CUDA builds only.
+void fa_profile_launches(double* total_us, long* count);
+
 // Message for the last failure on this thread (thread-local; empty when none).
 const char* fa_last_error(void);
 const char* fa_status_name(fa_status s);
