@@ -8,6 +8,10 @@
 #include "cuda/attn_pieces.cuh"
 #include "fa_core.h"
 
+#ifndef FA_WS_LPT
+#define FA_WS_LPT 0  // FA_WS_LPT=1 (CMake option, development): FwdTmaArgs::lpt_groups
+#endif
+
 namespace fa {
 namespace cuda {
 
@@ -65,6 +69,10 @@ struct FwdTmaArgs {
   int ctas;            // persistent grid: blocks launched (0: one per tile)
   int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches
   int box_rows;        // paged K/V: rows of a K / V box (divides the page size and the key block)
+#if FA_WS_LPT
+  int lpt_groups;      // FA_WS_LPT builds: causal dense tiles in sections of this many (batch, head)
+                       // pairs, the longest row blocks of the whole section first (0: block_coord_of's order)
+#endif
 };
 // Defined once per (element type, tile width, K/V addressing) in csrc/generated/fwd_<dtype>_hdim<W>.cu
 // (dense or packed K/V) and fwd_paged_<dtype>_hdim<W>.cu (paged K/V).

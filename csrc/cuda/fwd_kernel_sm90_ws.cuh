@@ -96,10 +96,38 @@ struct WsTile {
   int row0, n_min, n_max;
   bool idle;  // nothing to compute or write: rows past the sequence, or a paged call's decode sequence
 };
+// Tile idx's (row block, head, batch). Default: block_coord_of (the row blocks of one (batch, head)
+// adjacent, the longest first under a causal mask). FA_WS_LPT builds with ta.lpt_groups = G > 0
+// (causal dense calls): the (batch, head) pairs in sections of G, and inside a section the row
+// blocks by length across all its pairs (every pair's last row block, then every pair's last but
+// one, ...), so that the last tiles handed out are short ones of every pair instead of the whole
+// run of the last pair, while the K / V that a section's tiles read (G pairs, sized by the host to
+// fit in L2) stay shared by the blocks running at one time.
+__device__ __forceinline__ BlockCoord ws_coord(const FwdTmaArgs& ta, int idx) {
+#if FA_WS_LPT
+  const FwdArgs& a = ta.f;
+  if (ta.lpt_groups > 0) {
+    const int M = a.num_m_blocks, pairs = a.heads * a.batch;
+    const int sec = idx / (ta.lpt_groups * M);
+    const int p0 = sec * ta.lpt_groups;
+    const int n = min(ta.lpt_groups, pairs - p0);  // pairs in this section (the last may hold fewer)
+    const int r = idx - p0 * M;
+    const int bh = p0 + r % n;
+    BlockCoord c;
+    c.h = bh % a.heads;
+    c.b = bh / a.heads;
+    c.m_block = M - 1 - r / n;
+    return c;
+  }
+#endif
+  return block_coord_of(ta.f, idx);
+}
+
 template <int BM, int BN>
-__device__ __forceinline__ WsTile ws_tile(const FwdArgs& a, int idx) {
+__device__ __forceinline__ WsTile ws_tile(const FwdTmaArgs& ta, int idx) {
+  const FwdArgs& a = ta.f;
   WsTile w;
-  w.bc = block_coord_of(a, idx);
+  w.bc = ws_coord(ta, idx);
   w.seq = fwd_seq(a, w.bc.b);
   w.row0 = w.bc.m_block * BM;
   const KeyWindow win(w.seq, a.window_left, a.window_right);
@@ -237,7 +265,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           // The next tile is drawn when this tile's last key block is loaded (its latency hides
           // behind that block's waits). Drawn at the start of the tile instead, a block holds a
           // tile it cannot start for a whole tile: causal N 16k lost 6% (NOTES-fwd.md).
-          w = ws_tile<BM, BN>(a, idx);
+          w = ws_tile<BM, BN>(ta, idx);
           // Idle tiles (row blocks past a short sequence's end: a packed call has ceil(max length /
           // BM) per sequence and head; a paged call's decode sequences) never reach the consumers:
           // the producer moves the counter past the idle run (every index in it is idle, so no
@@ -251,7 +279,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
               done = true;
               break;
             }
-            w = ws_tile<BM, BN>(a, idx);
+            w = ws_tile<BM, BN>(ta, idx);
           }
           if (!done) n_blocks = max(w.n_max - w.n_min, 0);
         }
@@ -365,7 +393,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     mbar_wait(bar_qf, j & 1);
     const int idx = slots[j & 1];
     if (idx < 0) break;
-    const WsTile w = ws_tile<BM, BN>(a, idx);
+    const WsTile w = ws_tile<BM, BN>(ta, idx);
     const int n_blocks = w.n_max - w.n_min;
     FA_WS_MARK(j, cw, 0, clock64());
     FA_WS_MARK(j, cw, 4, n_blocks);
