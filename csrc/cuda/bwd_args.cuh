@@ -7,6 +7,10 @@
 
 #include "fa_core.h"
 
+#ifndef FA_WS_LPT
+#define FA_WS_LPT 0  // FA_WS_LPT=1 (CMake option, development): BwdArgs::lpt_groups
+#endif
+
 namespace fa {
 namespace cuda {
 
@@ -76,6 +80,10 @@ struct BwdArgs {
   int nq_pad;        // seqlen_q rounded up to kBwdRowPad
   int num_m_blocks;  // filled in by the launcher for the kernel's kBlockM
   int num_n_blocks;  // filled in by the launcher for the kernel's kBlockN
+#if FA_WS_LPT
+  int lpt_groups;    // FA_WS_LPT builds, Hopper kernels: causal key-block tiles in sections of this many
+                     // (batch, kv head) pairs, key block by key block across the section (0: bwd_block_of's order)
+#endif
   int causal;        // the mask is bounded on the right (causal or a window)
   float scale;       // signed softmax scale: dQ and dK are multiplied by it at the end
   float scale_log2;  // scale * log2(e), signed

@@ -27,10 +27,26 @@ namespace fa {
 namespace cuda {
 
 // This thread block's key block and (batch, kv head): key blocks of a head next to each other, or
-// key-block-major (key block j of every head, then j + 1).
+// key-block-major (key block j of every head, then j + 1). FA_WS_LPT builds with a.lpt_groups = G
+// (causal calls): key-block-major inside sections of G pairs (sized by the host so that the rows
+// those tiles stream fit in L2), so that the longest tiles (key block 0 sees every row) of all the
+// section's pairs run first and the grid ends on short ones; a pair's key blocks keep their order
+// (the deterministic dQ's turns wait only on lower key blocks of the same pair).
 __device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool key_major, int* n_block, int* bh) {
   const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
   const unsigned n_bh = gridDim.x / n_nb;
+#if FA_WS_LPT
+  if (!key_major && a.lpt_groups > 0) {
+    const int idx = static_cast<int>(blockIdx.x), G = a.lpt_groups;
+    const int sec = idx / (G * static_cast<int>(n_nb));
+    const int p0 = sec * G;
+    const int n = min(G, static_cast<int>(n_bh) - p0);  // pairs in this section
+    const int r = idx - p0 * static_cast<int>(n_nb);
+    *n_block = r / n;
+    *bh = p0 + r % n;
+    return;
+  }
+#endif
   *n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
   *bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
 }

@@ -144,6 +144,21 @@ fa_status launch_bwd_det(const BwdArgs& a, cudaStream_t stream) {
   return bwd_no_fit(Tr::kHeadDim, Tr1::kSmemDq, smem);
 }
 
+#if FA_WS_LPT
+// FA_WS_LPT builds: sections of (batch, kv head) pairs for bwd_block_of's longest-first order of
+// causal dense calls, equal in size, each pair's streamed rows (Q and dO of its query heads)
+// counted against FA_WS_LPT_MB MiB (default 24; 0: the default order).
+inline int bwd_lpt_groups(const BwdArgs& a) {
+  static const int lpt_mb = env_int("FA_WS_LPT_MB", 24);
+  if (lpt_mb <= 0 || !a.causal || a.cu_seqlens_q != nullptr || a.window_left >= 0) return 0;
+  const int64_t pairs = int64_t(a.heads_k) * a.batch;
+  const int64_t pair_bytes = std::max<int64_t>(1, int64_t(a.seqlen_q) * a.group * a.head_dim * 2 * 2);
+  const int64_t fit = std::max<int64_t>(1, std::min<int64_t>((int64_t(lpt_mb) << 20) / pair_bytes, pairs));
+  const int64_t sections = (pairs + fit - 1) / fit;
+  return int((pairs + sections - 1) / sections);
+}
+#endif
+
 // The Hopper main kernel (atomic dQ); launched only where sm90_kernels_usable() (bwd_api.cu decides).
 template <typename T, int W>
 fa_status run_bwd_sm90(BwdArgs a, cudaStream_t stream) {
@@ -151,6 +166,9 @@ fa_status run_bwd_sm90(BwdArgs a, cudaStream_t stream) {
   int64_t blocks = 0;
   const fa_status gs = bwd_key_blocks(&a, Tr::kBlockM, Tr::kBlockN, &blocks);
   if (gs != FA_OK || blocks == 0) return gs;
+#if FA_WS_LPT
+  a.lpt_groups = bwd_lpt_groups(a);
+#endif
   const auto kernel = &bwd_kernel_sm90<Tr>;
   const fa_status st = bwd_smem_optin<Tr, 3>(reinterpret_cast<const void*>(kernel), Tr::kSmemBytes);
   if (st != FA_OK) return st;
@@ -169,6 +187,9 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   int64_t blocks = 0;
   const fa_status gs = bwd_key_blocks(&a, Tr::kBlockM, Tr::kBlockN, &blocks);
   if (gs != FA_OK || blocks == 0) return gs;
+#if FA_WS_LPT
+  a.lpt_groups = bwd_lpt_groups(a);
+#endif
   // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
   // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).

@@ -163,11 +163,12 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.box_rows = 0;
 #if FA_WS_LPT
       // Sections of (batch, head) pairs whose K and V fit in FA_WS_LPT_MB MiB (default 24, about
-      // half the H100 / H200 L2; 0: the default order), causal dense calls only (a packed call's
-      // idle-tile skip needs each pair's row blocks adjacent).
+      // half the H100 / H200 L2; 0: the default order), causal dense calls without a left window
+      // bound only (a packed call's idle-tile skip needs each pair's row blocks adjacent; a
+      // window's tiles are all about as long).
       static const int lpt_mb = env_int("FA_WS_LPT_MB", 24);
       ta.lpt_groups = 0;
-      if (lpt_mb > 0 && a.causal && a.cu_seqlens_q == nullptr && !kPaged) {
+      if (lpt_mb > 0 && a.causal && a.window_left < 0 && a.cu_seqlens_q == nullptr && !kPaged) {
         const int64_t pair_bytes = std::max<int64_t>(1, int64_t(a.seqlen_k) * a.head_dim * 2 * 2 / std::max(a.group, 1));
         const int64_t pairs = int64_t(a.heads) * a.batch;
         const int64_t fit = std::max<int64_t>(1, std::min<int64_t>((int64_t(lpt_mb) << 20) / pair_bytes, pairs));
