@@ -98,11 +98,13 @@ for s in $steps; do
           --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
       done | tee "$OUT/trace.log" ;;
     fwd-ab)
-      # A/B of two builds of the forward: this tree's addon (A) and AB_ADDON (B, e.g. an
-      # FA_WS_SPLIT_O=1 build), in turns, twice each, torch in the first A run; AB_ARGS narrows the
-      # grid (default fp16, D 128 and 256, causal and not, N 512-16k).
-      args="--dir fwd --dtype fp16 --hdim 128,256 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
+      # A/B of two builds: this tree's addon (A) and AB_ADDON (B, a .node or an xz of one, e.g. an
+      # FA_WS_SPLIT_O=1 or FA_WS_LPT=1 build), in turns, twice each, torch in the first A run;
+      # AB_DIR fwd / bwd / fwd,bwd (default fwd), AB_ARGS narrows the grid (default fp16, D 128 and
+      # 256, causal and not, N 512-16k).
+      args="--dir ${AB_DIR:-fwd} --dtype fp16 --hdim 128,256 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
       if [ -f "${AB_ADDON:-}" ]; then
+        case "$AB_ADDON" in *.xz) xz -dc "$AB_ADDON" > /tmp/addon-b.node; AB_ADDON=/tmp/addon-b.node ;; esac
         cp build/Release/flash_attention_node.node /tmp/addon-a.node
         for round in 1 2; do for side in a b; do
           if [ $side = a ]; then cp /tmp/addon-a.node build/Release/flash_attention_node.node; else cp "$AB_ADDON" build/Release/flash_attention_node.node; fi

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the development variants of the addon for an A/B on the GPU host, each in its own clone of
+# this checkout's HEAD (so the main build stays as it is), for the H200 only and the grid's head
+# dims, and leaves each as .devbin/<name>/addon.xz (ignored by git; carried to the device).
+# Usage: bash scripts/ab-builds.sh [name=SWITCH[,SWITCH...] ...]
+#   default: split=FA_WS_SPLIT_O lpt=FA_WS_LPT trace=FA_TRACE
+# Then, on the GPU host: AB_ADDON=.devbin/split/addon.xz bash scripts/gpu-run.sh fwd-ab
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+specs=${*:-split=FA_WS_SPLIT_O lpt=FA_WS_LPT trace=FA_TRACE}
+for spec in $specs; do
+  name=${spec%%=*}; switches=${spec#*=}
+  dir=/tmp/fa-ab-$name
+  rm -rf "$dir" && git clone -q "$root" "$dir"
+  (cd "$dir" && npm ci --ignore-scripts > /dev/null 2>&1)
+  envs=(FA_CUDA_ARCHS=90a FA_HEAD_DIMS=64,128,256)
+  for sw in ${switches//,/ }; do envs+=("$sw=1"); done
+  echo "ab-builds: $name (${envs[*]})"
+  (cd "$dir" && env "${envs[@]}" npm run build:native > "$dir/build.log" 2>&1) || { tail -20 "$dir/build.log"; exit 1; }
+  mkdir -p "$root/.devbin/$name"
+  xz -T0 -6 -c "$dir/build/Release/flash_attention_node.node" > "$root/.devbin/$name/addon.xz"
+  echo "ab-builds: $name -> .devbin/$name/addon.xz ($(du -h "$root/.devbin/$name/addon.xz" | cut -f1))"
+done
