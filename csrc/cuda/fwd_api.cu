@@ -142,9 +142,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024);
       // W 128, dense or packed, no window on either side, from 8192 keys: key tiles of 176 (FA3's
       // choice there; fewer softmax rounds and ping-pong turns per key, but O staged through Q's
-      // buffer). H200 A/B in one run (NOTES-fwd.md): fp16 / bf16 N 16k +2-3%, N 8k +1-2%, N 4k
-      // -1-2%, N 512 -10-13%. FA_WS_BN176=0 keeps 128 keys everywhere and FA_WS_BN176_MIN=n moves
-      // the bound (comparisons, tests).
+      // buffer, or a half-width one of its own in FA_WS_SPLIT_O builds). H200 A/B in one run
+      // (NOTES-fwd.md): fp16 / bf16 N 16k +2-3%, N 8k +1-2%, N 4k -1-2%, N 512 -10-13%.
+      // FA_WS_BN176=0 keeps 128 keys everywhere and FA_WS_BN176_MIN=n moves the bound
+      // (comparisons, tests).
       static const int bn176 = env_flag("FA_WS_BN176", 1);
       static const int bn176_min = env_int("FA_WS_BN176_MIN", 8192);
       // (A left-bounded window sees a few key blocks per tile, the short-key case where 176 loses.)
@@ -170,12 +171,14 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.lpt_groups = 0;
       if (lpt_mb > 0 && a.causal && a.window_left < 0 && a.cu_seqlens_q == nullptr && !kPaged) {
         const int64_t pair_bytes = std::max<int64_t>(1, int64_t(a.seqlen_k) * a.head_dim * 2 * 2 / std::max(a.group, 1));
-        const int64_t pairs = int64_t(a.heads) * a.batch;
+        const int64_t pairs = int64_t(a.heads) * a.batch, grp = std::max(a.group, 1);
         const int64_t fit = std::max<int64_t>(1, std::min<int64_t>((int64_t(lpt_mb) << 20) / pair_bytes, pairs));
         // Sections of equal size (the last one not a small remainder, whose longest tiles would
-        // start with too little work left beside them).
+        // start with too little work left beside them), in whole GQA groups (the query heads of a
+        // kv head, adjacent pairs, read the same K / V).
         const int64_t sections = (pairs + fit - 1) / fit;
-        ta.lpt_groups = int((pairs + sections - 1) / sections);
+        const int64_t size = (pairs + sections - 1) / sections;
+        ta.lpt_groups = int(std::min<int64_t>(pairs, (size + grp - 1) / grp * grp));
       }
 #endif
       // (the maps first: a call they refuse goes to the cp.async kernel with nothing queued)

@@ -543,10 +543,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     FA_WS_MARK(j, cw, 2, clock64());
 
     // Epilogue: each warp writes only its own rows (through its rows of the O buffer, or directly).
-    // At D 256 (no O buffer) through the warpgroup's rows of Q's buffer, free once its four warps
-    // are past their last wgmma; the next Q then loads after every consumer warp has written its
-    // rows out. (4-byte stores straight from the registers instead, releasing Q after the last S,
-    // measured 4-7% slower at N 1k-4k.)
+    // At D 256 and W 128 with 176 keys (no O buffer; FA_WS_SPLIT_O builds: a half-width one, in
+    // two passes) through the warpgroup's rows of Q's buffer, free once its four warps are past
+    // their last wgmma; the next Q then loads after every consumer warp has written its rows out.
+    // (4-byte stores straight from the registers instead, releasing Q after the last S, measured
+    // 4-7% slower at N 1k-4k.)
     if constexpr (Tr::kOwnO) {
       sm90_store_rows<T, D, BM, Tr::kOPass>(o, row_max, row_sum, sl2, smem_o, gp, a, row0, wrow0, Nq, lane);
     } else {
