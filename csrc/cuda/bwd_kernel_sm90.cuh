@@ -21,6 +21,7 @@
 #include "cuda/bwd_common.cuh"
 #include "cuda/bwd_gemm.cuh"
 #include "cuda/bwd_traits.cuh"
+#include "cuda/lpt.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace fa {
@@ -37,13 +38,7 @@ __device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool key_major, i
   const unsigned n_bh = gridDim.x / n_nb;
 #if FA_WS_LPT
   if (!key_major && a.lpt_groups > 0) {
-    const int idx = static_cast<int>(blockIdx.x), G = a.lpt_groups;
-    const int sec = idx / (G * static_cast<int>(n_nb));
-    const int p0 = sec * G;
-    const int n = min(G, static_cast<int>(n_bh) - p0);  // pairs in this section
-    const int r = idx - p0 * static_cast<int>(n_nb);
-    *n_block = r / n;
-    *bh = p0 + r % n;
+    lpt_tile(static_cast<int>(blockIdx.x), a.lpt_groups, static_cast<int>(n_nb), static_cast<int>(n_bh), n_block, bh);
     return;
   }
 #endif

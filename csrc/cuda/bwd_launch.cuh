@@ -146,16 +146,11 @@ fa_status launch_bwd_det(const BwdArgs& a, cudaStream_t stream) {
 
 #if FA_WS_LPT
 // FA_WS_LPT builds: sections of (batch, kv head) pairs for bwd_block_of's longest-first order of
-// causal dense calls, equal in size, each pair's streamed rows (Q and dO of its query heads, and
-// the fp32 dQ rows it adds into) counted against FA_WS_LPT_MB MiB (default 24; 0: the default order).
+// causal dense calls (lpt.cuh), each pair's streamed rows counted: Q and dO of its query heads, and
+// the fp32 dQ rows it adds into.
 inline int bwd_lpt_groups(const BwdArgs& a) {
-  static const int lpt_mb = env_int("FA_WS_LPT_MB", 24);
-  if (lpt_mb <= 0 || !a.causal || a.cu_seqlens_q != nullptr || a.window_left >= 0) return 0;
-  const int64_t pairs = int64_t(a.heads_k) * a.batch;
-  const int64_t pair_bytes = std::max<int64_t>(1, int64_t(a.seqlen_q) * a.group * a.head_dim * (2 + 2 + 4));
-  const int64_t fit = std::max<int64_t>(1, std::min<int64_t>((int64_t(lpt_mb) << 20) / pair_bytes, pairs));
-  const int64_t sections = (pairs + fit - 1) / fit;
-  return int((pairs + sections - 1) / sections);
+  if (!a.causal || a.cu_seqlens_q != nullptr || a.window_left >= 0) return 0;
+  return lpt_section_pairs(int64_t(a.heads_k) * a.batch, int64_t(a.seqlen_q) * a.group * a.head_dim * (2 + 2 + 4), 1);
 }
 #endif
 

@@ -23,6 +23,7 @@
 #include "cuda/api_checks.h"
 #include "cuda/fwd_args.cuh"
 #include "cuda/inference_api.cuh"
+#include "cuda/lpt.cuh"
 #include "cuda/tma_maps.h"
 #include "fa_core.h"
 #include "cuda/widths.cuh"
@@ -163,23 +164,13 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.tile_counter = nullptr;
       ta.box_rows = 0;
 #if FA_WS_LPT
-      // Sections of (batch, head) pairs whose K and V fit in FA_WS_LPT_MB MiB (default 24, about
-      // half the H100 / H200 L2; 0: the default order), causal dense calls without a left window
-      // bound only (a packed call's idle-tile skip needs each pair's row blocks adjacent; a
-      // window's tiles are all about as long).
-      static const int lpt_mb = env_int("FA_WS_LPT_MB", 24);
+      // Sections of (batch, head) pairs whose K and V fit in L2 (lpt.cuh), causal dense calls
+      // without a left window bound only (a packed call's idle-tile skip needs each pair's row
+      // blocks adjacent; a window's tiles are all about as long).
       ta.lpt_groups = 0;
-      if (lpt_mb > 0 && a.causal && a.window_left < 0 && a.cu_seqlens_q == nullptr && !kPaged) {
-        const int64_t pair_bytes = std::max<int64_t>(1, int64_t(a.seqlen_k) * a.head_dim * 2 * 2 / std::max(a.group, 1));
-        const int64_t pairs = int64_t(a.heads) * a.batch, grp = std::max(a.group, 1);
-        const int64_t fit = std::max<int64_t>(1, std::min<int64_t>((int64_t(lpt_mb) << 20) / pair_bytes, pairs));
-        // Sections of equal size (the last one not a small remainder, whose longest tiles would
-        // start with too little work left beside them), in whole GQA groups (the query heads of a
-        // kv head, adjacent pairs, read the same K / V).
-        const int64_t sections = (pairs + fit - 1) / fit;
-        const int64_t size = (pairs + sections - 1) / sections;
-        ta.lpt_groups = int(std::min<int64_t>(pairs, (size + grp - 1) / grp * grp));
-      }
+      if (a.causal && a.window_left < 0 && a.cu_seqlens_q == nullptr && !kPaged)
+        ta.lpt_groups = lpt_section_pairs(int64_t(a.heads) * a.batch,
+                                          int64_t(a.seqlen_k) * a.head_dim * 2 * 2 / std::max(a.group, 1), a.group);
 #endif
       // (the maps first: a call they refuse goes to the cp.async kernel with nothing queued)
       if (!(kPaged ? encode_paged_maps(a, W, three ? 192 : 128, &ta)

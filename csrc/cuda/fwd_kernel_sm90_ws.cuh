@@ -33,6 +33,7 @@
 #pragma once
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_kernel_sm90.cuh"
+#include "cuda/lpt.cuh"
 #include "cuda/wgmma.cuh"
 
 #ifndef FA_WS_SPLIT_O
@@ -107,16 +108,12 @@ __device__ __forceinline__ BlockCoord ws_coord(const FwdTmaArgs& ta, int idx) {
 #if FA_WS_LPT
   const FwdArgs& a = ta.f;
   if (ta.lpt_groups > 0) {
-    const int M = a.num_m_blocks, pairs = a.heads * a.batch;
-    const int sec = idx / (ta.lpt_groups * M);
-    const int p0 = sec * ta.lpt_groups;
-    const int n = min(ta.lpt_groups, pairs - p0);  // pairs in this section (the last may hold fewer)
-    const int r = idx - p0 * M;
-    const int bh = p0 + r % n;
+    int rank, bh;
+    lpt_tile(idx, ta.lpt_groups, a.num_m_blocks, a.heads * a.batch, &rank, &bh);
     BlockCoord c;
     c.h = bh % a.heads;
     c.b = bh / a.heads;
-    c.m_block = M - 1 - r / n;
+    c.m_block = a.num_m_blocks - 1 - rank;
     return c;
   }
 #endif
