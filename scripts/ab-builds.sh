@@ -3,11 +3,11 @@
 # this checkout's HEAD (so the main build stays as it is), for the H200 only and the grid's head
 # dims, and leaves each as .devbin/<name>/addon.xz (ignored by git; carried to the device).
 # Usage: bash scripts/ab-builds.sh [name=SWITCH[,SWITCH...] ...]
-#   default: split=FA_WS_SPLIT_O lpt=FA_WS_LPT trace=FA_TRACE
+#   default: split=FA_WS_SPLIT_O lpt=FA_WS_LPT qreg=FA_WS_QREG
 # Then, on the GPU host: AB_ADDON=.devbin/split/addon.xz bash scripts/gpu-run.sh fwd-ab
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-specs=${*:-split=FA_WS_SPLIT_O lpt=FA_WS_LPT trace=FA_TRACE}
+specs=${*:-split=FA_WS_SPLIT_O lpt=FA_WS_LPT qreg=FA_WS_QREG}
 for spec in $specs; do
   name=${spec%%=*}; switches=${spec#*=}
   dir=/tmp/fa-ab-$name

@@ -16,6 +16,7 @@
 //                   half-width buffer of its own (Sm90WsTraits::kHalfO; an A/B, not a release)
 //   FA_WS_LPT       1: development build whose causal warp-specialised forward hands out its tiles
 //                   longest first within L2-sized sections (ws_coord; FA_WS_LPT_MB=n at run time)
+//   FA_WS_QREG      1: development build whose D <= 128 warp-specialised forward holds Q in registers
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -38,6 +39,7 @@ const settings = {
   FA_TRACE: /^(1|on|true|yes)$/i.test(opt('FA_TRACE', '')) ? 'ON' : 'OFF',
   FA_WS_SPLIT_O: /^(1|on|true|yes)$/i.test(opt('FA_WS_SPLIT_O', '')) ? 'ON' : 'OFF',
   FA_WS_LPT: /^(1|on|true|yes)$/i.test(opt('FA_WS_LPT', '')) ? 'ON' : 'OFF',
+  FA_WS_QREG: /^(1|on|true|yes)$/i.test(opt('FA_WS_QREG', '')) ? 'ON' : 'OFF',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

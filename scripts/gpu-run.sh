@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|fwd-ab|pdl-racecheck|source-profile|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -98,24 +98,28 @@ for s in $steps; do
           --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
       done | tee "$OUT/trace.log" ;;
     fwd-ab)
-      # A/B of two builds: this tree's addon (A) and AB_ADDON (B, a .node or an xz of one, e.g. an
-      # FA_WS_SPLIT_O=1 or FA_WS_LPT=1 build), in turns, twice each, torch in the first A run;
-      # AB_DIR fwd / bwd / fwd,bwd (default fwd), AB_ARGS narrows the grid (default fp16, D 128 and
-      # 256, causal and not, N 512-16k).
+      # A/B of builds: this tree's addon (a) and each of AB_ADDON (space-separated .node files or xz's
+      # of them, e.g. FA_WS_SPLIT_O=1 / FA_WS_LPT=1 builds: b1, b2, ...), in turns, AB_ROUNDS rounds
+      # (default 2), torch in the first a run unless AB_TORCH=0; AB_DIR fwd / bwd / fwd,bwd (default
+      # fwd), AB_ARGS narrows the grid (default fp16, D 128 and 256, causal and not, N 512-16k);
+      # AB_TAG names the logs.
       args="--dir ${AB_DIR:-fwd} --dtype fp16 --hdim 128,256 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
-      if [ -f "${AB_ADDON:-}" ]; then
-        case "$AB_ADDON" in *.xz) xz -dc "$AB_ADDON" > /tmp/addon-b.node; AB_ADDON=/tmp/addon-b.node ;; esac
-        cp build/Release/flash_attention_node.node /tmp/addon-a.node
-        for round in 1 2; do for side in a b; do
-          if [ $side = a ]; then cp /tmp/addon-a.node build/Release/flash_attention_node.node; else cp "$AB_ADDON" build/Release/flash_attention_node.node; fi
-          cmp=""; [ $side$round = a1 ] && cmp="--compare torch"
-          echo "-- $side (round $round) $(el)"
-          node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/fwd-ab-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
-        done; done | tee "$OUT/fwd-ab.log"
-        cp /tmp/addon-a.node build/Release/flash_attention_node.node
-      else
-        echo "fwd-ab: AB_ADDON (the B build's .node) not found"
-      fi ;;
+      tag=${AB_TAG:-fwd-ab}
+      sides="a"; n=0
+      cp build/Release/flash_attention_node.node /tmp/addon-a.node
+      for f in ${AB_ADDON:-}; do
+        n=$((n + 1))
+        [ -f "$f" ] || { echo "fwd-ab: $f not found"; continue; }
+        case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
+        sides="$sides b$n"; echo "b$n = $f"
+      done
+      for round in $(seq 1 ${AB_ROUNDS:-2}); do for side in $sides; do
+        cp /tmp/addon-$side.node build/Release/flash_attention_node.node
+        cmp=""; [ $side$round = a1 ] && [ "${AB_TORCH:-1}" = 1 ] && cmp="--compare torch"
+        echo "-- $side (round $round) $(el)"
+        timeout ${AB_TIMEOUT:-150} node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/$tag-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
+      done; done | tee "$OUT/$tag.log"
+      cp /tmp/addon-a.node build/Release/flash_attention_node.node ;;
     pdl-racecheck)
       # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
       # PDL-launched (ninth session: the whole workload did not finish in 300 s with FA_FWD_PDL=1,
@@ -145,6 +149,26 @@ for s in $steps; do
           grep -E "Duration|Warp Cycles Per Issued|Issued Warp|No Eligible" "$OUT/ncu-src-$r-details.txt" | head -8
         done
       fi ;;
+    clock)
+      # Issue 12: ours and cuDNN on the same cells, back to back for 2.5 s each, with the SM clock and
+      # power logged every 100 ms: whether the gap is cycles or clock (power). CLOCK_CELLS
+      # "dir:dtype:D:N:causal ...".
+      stdbuf -oL nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 2>/dev/null \
+        | python3 -u -c "import sys,time
+for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/clock-smi.log &
+      smi=$!
+      : > /tmp/clock-runs.jsonl
+      python3 bench/clock_probe_torch.py gemm float16 0 1024 0 >> /tmp/clock-runs.jsonl 2>>"$OUT/clock.err"
+      for cell in ${CLOCK_CELLS:-fwd:float16:128:4096:0 fwd:float16:128:16384:0 fwd:float16:256:2048:0 fwd:float16:64:4096:0 fwd:bfloat16:128:4096:1 bwd:float16:128:4096:0 bwd:float16:256:4096:0}; do
+        IFS=: read -r d dt hd n cz <<< "$cell"
+        node scripts/clock-probe.js "$d" "$dt" "$hd" "$n" "$cz" >> /tmp/clock-runs.jsonl 2>>"$OUT/clock.err"
+        sleep 0.5
+        python3 bench/clock_probe_torch.py "$d" "$dt" "$hd" "$n" "$cz" >> /tmp/clock-runs.jsonl 2>>"$OUT/clock.err"
+        sleep 0.5
+      done
+      kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null
+      cp /tmp/clock-smi.log /tmp/clock-runs.jsonl "$OUT/" 2>/dev/null
+      python3 scripts/clock-summary.py /tmp/clock-smi.log /tmp/clock-runs.jsonl | tee "$OUT/clock.md" ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

@@ -39,6 +39,9 @@
 #ifndef FA_WS_SPLIT_O
 #define FA_WS_SPLIT_O 0  // FA_WS_SPLIT_O=1 (CMake option, development): see Sm90WsTraits::kHalfO
 #endif
+#ifndef FA_WS_QREG
+#define FA_WS_QREG 0  // FA_WS_QREG=1 (CMake option, development): see Sm90WsTraits::kQReg
+#endif
 
 namespace fa {
 namespace cuda {
@@ -68,6 +71,15 @@ struct Sm90WsTraits {
   static constexpr bool kOwnO = kFullO || kHalfO;
   static constexpr int kOPass = kHalfO ? kHeadDim / 2 : kHeadDim;  // columns per staging pass
   static constexpr int kTileO = kFullO ? kTileQ : kHalfO ? kTileQ / 2 : 0;
+  // Q in registers (FA_WS_QREG=1 builds, development, off by default until it has run on the
+  // H200): each consumer warp copies its 16 rows of Q into wgmma A fragments (ldmatrix) when the
+  // tile starts and releases Q's buffer at once; S = Q K^T is then the register-A form, reading only
+  // K from shared memory. Why: at D 128 the SS form reads 6 KiB of shared memory per 64 tensor-core
+  // cycles (Q 2 + K 4), the P V product 4, the TMA writes ~1 more per 64 cycles: ~110 of the 128
+  // bytes per cycle an SM's shared memory delivers at the tensor cores' full rate; Q in registers
+  // takes ~16 off. Needs O's own buffer (Q's is gone during the epilogue) and D / 16 * 4 registers
+  // (32 at D 128); D <= 128, two consumer warpgroups (the three of W 64 spill 120 bytes with it).
+  static constexpr bool kQReg = FA_WS_QREG && kFullO && kHeadDim <= 128 && kConsumers == 2;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   static constexpr int kStagesFit = ((kHalfO ? kSplitBudget : kBudget) - kTileQ - kTileO) / (2 * kTileKV);
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
@@ -406,6 +418,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     float s[1][BN / 8][4];
     float o[1][D / 8][4];
     uint32_t p[BN / 16][4];
+    // kQReg: this warp's 16 rows of Q as wgmma A fragments (ldmatrix from the 128-byte swizzled
+    // tile: lanes 0-15 address rows 0-15 of a 16-column step, lanes 16-31 the same rows 8 columns
+    // on, giving the m16n8k16 A layout), then Q's buffer goes back to the producer.
+    uint32_t qf[Tr::kQReg ? D / 16 : 1][4];
+    if constexpr (Tr::kQReg) {
+      const int r = wrow0 + (lane & 15);
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const int chunk = ks * 2 + (lane >> 4);  // 16-byte chunk over the row
+        ldmatrix_x4(qf[ks], sQ + (chunk / 8) * BM * 128 + r * 128 + (((chunk % 8) ^ (r & 7)) << 4));
+      }
+      sm90::reg_fence_u32<D / 4>(&qf[0][0]);
+      release(bar_qe);
+    }
     float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
     float alpha[1][2];
     float* const sf = &s[0][0][0];
@@ -413,8 +439,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
 
     auto issue_s = [&](int stage) {
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        sm90::Wgmma<T, BN>::ss(sf, dQ + kstep(ks, BM), dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+      for (int ks = 0; ks < D / 16; ++ks) {
+        if constexpr (Tr::kQReg)
+          sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+        else
+          sm90::Wgmma<T, BN>::ss(sf, dQ + kstep(ks, BM), dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+      }
       sm90::wgmma_commit();
     };
     auto issue_pv = [&](int stage, int accumulate) {
@@ -488,7 +518,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     sm90::wgmma_wait<0>();
     sm90::reg_fence<BN / 2>(sf);
     release(bar_ke + 8 * sc);
-    constexpr bool q_early = Tr::kOwnO;  // Q's buffer is free after the last S
+    constexpr bool q_early = Tr::kOwnO && !Tr::kQReg;  // Q's buffer is free after the last S (kQReg: released at the start)
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
     mask_and_softmax(n_max - 1);
     pack_p();
