@@ -134,10 +134,10 @@ for s in $steps; do
       # N 4k) and of the decode kernel (B 1 x 16k, page 16); the SASS source page as CSV, the rest as
       # the details page.
       if command -v ncu > /dev/null; then
-        timeout 200 ncu --kernel-name regex:fwd_kernel_sm90_ws --launch-skip 3 --launch-count 1 --section SourceCounters \
+        timeout 200 ncu --clock-control none --kernel-name regex:fwd_kernel_sm90_ws --launch-skip 3 --launch-count 1 --section SourceCounters \
           --section WarpStateStats --section SpeedOfLight -f -o /tmp/src-ws node dist/bench/cli.js --dir fwd --dtype fp16 \
           --hdim 128 --seqlen 4096 --causal off --api-ms 1 --reps 2 --out /tmp/sp > "$OUT/ncu-src-ws.log" 2>&1
-        timeout 150 ncu --kernel-name regex:fwd_decode --launch-skip 3 --launch-count 1 --section SourceCounters \
+        timeout 150 ncu --clock-control none --kernel-name regex:fwd_decode --launch-skip 3 --launch-count 1 --section SourceCounters \
           --section WarpStateStats --section SpeedOfLight -f -o /tmp/src-decode node dist/bench/cli.js --grid off --decode \
           --decode-cells 1x16384x16 --api-ms 1 --out /tmp/sp >> "$OUT/ncu-src-decode.log" 2>&1
         for r in ws decode; do
