@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -22,6 +22,20 @@ for s in $steps; do
       heavy="test/cuda/tensor.test.ts test/cuda/stream.test.ts"
       excl=""; for f in $heavy; do excl="$excl --exclude $f"; done
       FA_REQUIRE_GPU=1 timeout ${TEST_TIMEOUT:-420} npx vitest run test/cuda $excl > "$OUT/gpu-tests.log" 2>&1 || rc=1
+      FA_REQUIRE_GPU=1 timeout 240 npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
+      grep -E "Test Files|Tests  |emptyCache released" "$OUT/gpu-tests.log"
+      grep -E "^ +(FAIL|×)|AssertionError|Error: " "$OUT/gpu-tests.log" | head -40 ;;
+    tests-san)
+      # The tests step with the sanitize step running beside its parallel files (one device call
+      # instead of two; the sanitizer's workload is small), then the memory-hungry files alone.
+      ( OUT=$OUT bash "$0" sanitize > "$OUT/sanitize-step.log" 2>&1 ) &
+      san=$!
+      heavy="test/cuda/tensor.test.ts test/cuda/stream.test.ts"
+      excl=""; for f in $heavy; do excl="$excl --exclude $f"; done
+      FA_REQUIRE_GPU=1 timeout ${TEST_TIMEOUT:-420} npx vitest run test/cuda $excl > "$OUT/gpu-tests.log" 2>&1 || rc=1
+      echo "parallel files done $(el)"
+      wait $san
+      grep -E "exit|ok=false|Error" "$OUT/sanitize-step.log" | head -8
       FA_REQUIRE_GPU=1 timeout 240 npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
       grep -E "Test Files|Tests  |emptyCache released" "$OUT/gpu-tests.log"
       grep -E "^ +(FAIL|×)|AssertionError|Error: " "$OUT/gpu-tests.log" | head -40 ;;
