@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 d, dtype, D, N, cz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
 secs = float(os.environ.get("CLOCK_SECONDS", "2.5"))
-B, H = 16384 // N, (2048 // D if D <= 128 else 16)
+B, H = 16384 // N, (2048 // max(D, 1) if D <= 128 else 16)
 if d == "gemm":
     a = torch.randn(8192, 8192, device="cuda", dtype=dt)
     b = torch.randn(8192, 8192, device="cuda", dtype=dt)

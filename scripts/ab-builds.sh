@@ -2,19 +2,19 @@
 # Builds the development variants of the addon for an A/B on the GPU host, each in its own clone of
 # this checkout's HEAD (so the main build stays as it is), for the H200 only and the grid's head
 # dims, and leaves each as .devbin/<name>/addon.xz (ignored by git; carried to the device).
-# Usage: bash scripts/ab-builds.sh [name=SWITCH[,SWITCH...] ...]
-#   default: split=FA_WS_SPLIT_O lpt=FA_WS_LPT qreg=FA_WS_QREG
+# Usage: bash scripts/ab-builds.sh [name=SWITCH[=VALUE][,SWITCH[=VALUE]...] ...] (a switch alone is =1)
+#   default: lpt=FA_WS_LPT nosplit=FA_WS_SPLIT_O=0 noqreg=FA_WS_QREG=0
 # Then, on the GPU host: AB_ADDON=.devbin/split/addon.xz bash scripts/gpu-run.sh fwd-ab
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-specs=${*:-split=FA_WS_SPLIT_O lpt=FA_WS_LPT qreg=FA_WS_QREG}
+specs=${*:-lpt=FA_WS_LPT nosplit=FA_WS_SPLIT_O=0 noqreg=FA_WS_QREG=0}
 for spec in $specs; do
   name=${spec%%=*}; switches=${spec#*=}
   dir=/tmp/fa-ab-$name
   rm -rf "$dir" && git clone -q "$root" "$dir"
   (cd "$dir" && npm ci --ignore-scripts > /dev/null 2>&1)
   envs=(FA_CUDA_ARCHS=90a FA_HEAD_DIMS=64,128,256)
-  for sw in ${switches//,/ }; do envs+=("$sw=1"); done
+  for sw in ${switches//,/ }; do case "$sw" in *=*) envs+=("$sw") ;; *) envs+=("$sw=1") ;; esac; done
   echo "ab-builds: $name (${envs[*]})"
   (cd "$dir" && env "${envs[@]}" npm run build:native > "$dir/build.log" 2>&1) || { tail -20 "$dir/build.log"; exit 1; }
   mkdir -p "$root/.devbin/$name"

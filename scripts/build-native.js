@@ -12,11 +12,11 @@
 //   FA_JOBS         parallel compile jobs (default: number of cores)
 //   FA_TRACE        1: development build whose warp-specialised forward prints a per-tile clock
 //                   split at exit (never for a release)
-//   FA_WS_SPLIT_O   1: development build whose D 256 and W 128 176-key warp-specialised forwards stage O through a
-//                   half-width buffer of its own (Sm90WsTraits::kHalfO; an A/B, not a release)
+//   FA_WS_SPLIT_O   default 1: the D 256 and W 128 176-key warp-specialised forwards stage O through a
+//                   half-width buffer of its own (Sm90WsTraits::kHalfO); 0 for comparisons
 //   FA_WS_LPT       1: development build whose causal warp-specialised forward hands out its tiles
 //                   longest first within L2-sized sections (ws_coord; FA_WS_LPT_MB=n at run time)
-//   FA_WS_QREG      1: development build whose D <= 128 warp-specialised forward holds Q in registers
+//   FA_WS_QREG      default 1: the D <= 128 warp-specialised forward holds Q in registers (kQReg); 0 for comparisons
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -37,9 +37,9 @@ const settings = {
   FA_HEAD_DIMS: opt('FA_HEAD_DIMS', '').replace(/,/g, ';'),
   FA_BUILD_TOOLS: /^(1|on|true|yes)$/i.test(opt('FA_BUILD_TOOLS', '')) ? 'ON' : 'OFF',
   FA_TRACE: /^(1|on|true|yes)$/i.test(opt('FA_TRACE', '')) ? 'ON' : 'OFF',
-  FA_WS_SPLIT_O: /^(1|on|true|yes)$/i.test(opt('FA_WS_SPLIT_O', '')) ? 'ON' : 'OFF',
+  FA_WS_SPLIT_O: /^(0|off|false|no)$/i.test(opt('FA_WS_SPLIT_O', '')) ? 'OFF' : 'ON',
   FA_WS_LPT: /^(1|on|true|yes)$/i.test(opt('FA_WS_LPT', '')) ? 'ON' : 'OFF',
-  FA_WS_QREG: /^(1|on|true|yes)$/i.test(opt('FA_WS_QREG', '')) ? 'ON' : 'OFF',
+  FA_WS_QREG: /^(0|off|false|no)$/i.test(opt('FA_WS_QREG', '')) ? 'OFF' : 'ON',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

@@ -50,12 +50,31 @@ for (const r of rows.filter((x) => x.impl === 'ours')) {
 ratios.sort((a, b) => a.ratio / a.target - b.ratio / b.target);
 const closest = ratios.slice(0, 12).map((x) => `| ${x.cell} | ${x.ratio.toFixed(3)}x | ${x.target.toFixed(1)}x | ${x.ratio >= x.target ? 'met' : 'MISSED'} |`);
 const missed = ratios.filter((x) => x.ratio < x.target).length;
-// cuDNN ratios (the Hopper target of issue 12), for the record.
-const cud = [];
-for (const r of rows.filter((x) => x.impl === 'ours' && x.case.dtype !== 'float32')) {
-  const p = rows.find((x) => x.impl === 'torch cudnn' && key(x) === key(r));
-  if (p) cud.push(r.tflops / p.tflops);
+// The same targets against torch timed in bursts (each call waited for, from an idle GPU: the boost
+// clock), where the run has that figure too.
+let burstMet = 0, burstCells = 0;
+for (const r of rows.filter((x) => x.impl === 'ours')) {
+  const peer = r.case.dtype === 'float32' ? 'torch efficient (burst)' : 'torch flash (burst)';
+  const p = rows.find((x) => x.impl === peer && key(x) === key(r));
+  if (!p) continue;
+  burstCells++;
+  if (r.tflops / p.tflops >= (r.case.dtype === 'float32' ? 1.0 : r.case.D === 256 ? 0.9 : 1.0)) burstMet++;
 }
+// cuDNN ratios (the Hopper target of issue 12), sustained (the table's protocol) and burst.
+const cudnnRatios = (impl) => {
+  const out = [];
+  for (const r of rows.filter((x) => x.impl === 'ours' && x.case.dtype !== 'float32')) {
+    const p = rows.find((x) => x.impl === impl && key(x) === key(r));
+    if (p) out.push({ cell: key(r), ratio: r.tflops / p.tflops });
+  }
+  return out;
+};
+const cudAll = cudnnRatios('torch cudnn'), cudBurst = cudnnRatios('torch cudnn (burst)');
+const cud = cudAll.map((x) => x.ratio);
+const cudText = (xs, name) => xs.length
+  ? `${Math.min(...xs.map((x) => x.ratio)).toFixed(2)}-${Math.max(...xs.map((x) => x.ratio)).toFixed(2)}x, >= 1.0x in ${xs.filter((x) => x.ratio >= 1).length} of ${xs.length} cells (${name})`
+  : '';
+const cudLow = [...cudAll].sort((a, b) => a.ratio - b.ratio).slice(0, 8).map((x) => `${x.cell} ${x.ratio.toFixed(2)}x`).join(', ');
 const extraRes = extraRun ? JSON.parse(fs.readFileSync(path.join(extraRun.dir, 'results.json'), 'utf8')) : res;
 const extra = (extraRun ? [`${extraRes.header}; commit ${extraRun.commit}.`, ''] : []).concat(extraRes.extra || []).join('\n');
 
@@ -74,12 +93,18 @@ Measured with \`bash scripts/gpu-run.sh bench\` (\`npm run bench -- --compare to
 PyTorch SDPA (flash = FlashAttention-2 code, cuDNN, mem-efficient for fp32) timed with CUDA events in
 the same run on the same GPU, its backward as (forward + backward) - forward. FLOPs: forward
 4·B·H·N²·D (halved when causal), backward 2.5x forward. Random normal inputs (generated on the GPU).
+Where the header says so, torch is timed as our API figure is (back-to-back calls, three rounds of at
+least the API round length, events around a round, median): the table's torch columns; its per-call
+"burst" median (each call waited for, a few tens of milliseconds of work from an idle GPU, which an
+H200 runs at its boost clock) is the "(burst)" column. At the H200's 700 W limit the sustained clock
+is 1.3-1.8 GHz against 1.98 GHz in a burst, so comparing our sustained figure with a peer's burst
+figure compared clocks, not kernels (tenth session, NOTES-fwd.md).
 
 ## Targets (PERF.md)
 
-- Against torch flash, public-API time: **${ratios.length - missed} of ${ratios.length} cells met**.
+- Against torch flash, public-API time: **${ratios.length - missed} of ${ratios.length} cells met**${burstCells ? ` (against torch timed in bursts: ${burstMet} of ${burstCells})` : ''}.
 - API time within 3% of kernel time: **${apiMet} of ${apiCells} cells** (worst ${apiWorst.cell}: ${apiWorst.ratio.toFixed(3)}).
-- Against cuDNN (issue 12's Hopper target, not met by this release): ${cud.length ? `${Math.min(...cud).toFixed(2)}-${Math.max(...cud).toFixed(2)}x` : '-'}.
+- Against cuDNN (issue 12's Hopper target): ${cudText(cudAll, 'both sustained') || '-'}${cudBurst.length ? `; against cuDNN timed in bursts ${cudText(cudBurst, 'burst')}` : ''}.${cudLow ? ` Lowest (sustained): ${cudLow}.` : ''}
 
 Cells closest to failing (or failing), ours (API) / peer:
 

@@ -143,7 +143,7 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024);
       // W 128, dense or packed, no window on either side, from 8192 keys: key tiles of 176 (FA3's
       // choice there; fewer softmax rounds and ping-pong turns per key, but O staged through Q's
-      // buffer, or a half-width one of its own in FA_WS_SPLIT_O builds). H200 A/B in one run
+      // buffer, or a half-width one of its own with FA_WS_SPLIT_O, the default). H200 A/B in one run
       // (NOTES-fwd.md): fp16 / bf16 N 16k +2-3%, N 8k +1-2%, N 4k -1-2%, N 512 -10-13%.
       // FA_WS_BN176=0 keeps 128 keys everywhere and FA_WS_BN176_MIN=n moves the bound
       // (comparisons, tests).

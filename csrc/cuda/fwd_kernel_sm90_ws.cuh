@@ -37,10 +37,10 @@
 #include "cuda/wgmma.cuh"
 
 #ifndef FA_WS_SPLIT_O
-#define FA_WS_SPLIT_O 0  // FA_WS_SPLIT_O=1 (CMake option, development): see Sm90WsTraits::kHalfO
+#define FA_WS_SPLIT_O 1  // CMake option FA_WS_SPLIT_O (default ON; OFF for comparisons): see Sm90WsTraits::kHalfO
 #endif
 #ifndef FA_WS_QREG
-#define FA_WS_QREG 0  // FA_WS_QREG=1 (CMake option, development): see Sm90WsTraits::kQReg
+#define FA_WS_QREG 1  // CMake option FA_WS_QREG (default ON; OFF for comparisons): see Sm90WsTraits::kQReg
 #endif
 
 namespace fa {
@@ -60,10 +60,11 @@ struct Sm90WsTraits {
   // per tile): Q's buffer is then free after the tile's last S = Q K^T and the next tile's Q loads
   // while this tile's O is written out. At D 256, and W 128 with 176 keys, O is staged through Q's,
   // so the next Q loads only after the epilogue (D 256: ~3000 cycles of hand-over per tile,
-  // NOTES-fwd.md, ninth session). FA_WS_SPLIT_O=1 builds (development, off by default until it
-  // has run on the H200) give those two a buffer of half O's width instead (32 / 16 KiB, in what
-  // the sm_90 limit leaves above kBudget), filled and written out in two column passes of kOPass
-  // columns, so that Q is free after the last S there too.
+  // NOTES-fwd.md, ninth session). With FA_WS_SPLIT_O (the default) those two get a buffer of half
+  // O's width instead (32 / 16 KiB, in what the sm_90 limit leaves above kBudget), filled and
+  // written out in two column passes of kOPass columns, so that Q is free after the last S there
+  // too. H200 A/B (tenth session, fp16 forward, public API): D 256 full N 512 / 1k / 2k +4.0 /
+  // +3.6 / +2.0%, N 4k-16k +0-2%; causal N 512-2k +3-4%, longer +0.4-1.1%.
   static constexpr int kBudget = 220 * 1024;
   static constexpr int kSplitBudget = 227 * 1024 - 1024 - 256;  // the limit less the alignment slack, barriers and slots
   static constexpr bool kFullO = 2 * kTileQ + 4 * kTileKV <= kBudget;
@@ -71,8 +72,8 @@ struct Sm90WsTraits {
   static constexpr bool kOwnO = kFullO || kHalfO;
   static constexpr int kOPass = kHalfO ? kHeadDim / 2 : kHeadDim;  // columns per staging pass
   static constexpr int kTileO = kFullO ? kTileQ : kHalfO ? kTileQ / 2 : 0;
-  // Q in registers (FA_WS_QREG=1 builds, development, off by default until it has run on the
-  // H200): each consumer warp copies its 16 rows of Q into wgmma A fragments (ldmatrix) when the
+  // Q in registers (FA_WS_QREG, the default; tenth session's H200 A/B: +0.5-2% on fp16 D 128 causal
+  // N 512-16k, within the +-2% noise on full N <= 4k, against the +3-6% predicted): each consumer warp copies its 16 rows of Q into wgmma A fragments (ldmatrix) when the
   // tile starts and releases Q's buffer at once; S = Q K^T is then the register-A form, reading only
   // K from shared memory. Why: at D 128 the SS form reads 6 KiB of shared memory per 64 tensor-core
   // cycles (Q 2 + K 4), the P V product 4, the TMA writes ~1 more per 64 cycles: ~110 of the 128
@@ -570,7 +571,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     FA_WS_MARK(j, cw, 2, clock64());
 
     // Epilogue: each warp writes only its own rows (through its rows of the O buffer, or directly).
-    // At D 256 and W 128 with 176 keys (no O buffer; FA_WS_SPLIT_O builds: a half-width one, in
+    // At D 256 and W 128 with 176 keys (no O buffer; FA_WS_SPLIT_O, the default: a half-width one, in
     // two passes) through the warpgroup's rows of Q's buffer, free once its four warps are past
     // their last wgmma; the next Q then loads after every consumer warp has written its rows out.
     // (4-byte stores straight from the registers instead, releasing Q after the last S, measured
