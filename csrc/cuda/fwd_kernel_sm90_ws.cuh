@@ -72,9 +72,10 @@ struct Sm90WsTraits {
   static constexpr bool kOwnO = kFullO || kHalfO;
   static constexpr int kOPass = kHalfO ? kHeadDim / 2 : kHeadDim;  // columns per staging pass
   static constexpr int kTileO = kFullO ? kTileQ : kHalfO ? kTileQ / 2 : 0;
-  // Q in registers (FA_WS_QREG, the default; tenth session's H200 A/B: +0.5-2% on fp16 D 128 causal
-  // N 512-16k, within the +-2% noise on full N <= 4k, against the +3-6% predicted): each consumer warp copies its 16 rows of Q into wgmma A fragments (ldmatrix) when the
-  // tile starts and releases Q's buffer at once; S = Q K^T is then the register-A form, reading only
+  // Q in registers (FA_WS_QREG, the default; tenth session's H200 A/B: +0.5-2% on fp16 D 128
+  // causal N 512-16k, within the +-2% noise on full N <= 4k, against the +3-6% predicted): each
+  // consumer warp copies its 16 rows of Q into wgmma A fragments (ldmatrix) when the tile starts
+  // and releases Q's buffer at once; S = Q K^T is then the register-A form, reading only
   // K from shared memory. Why: at D 128 the SS form reads 6 KiB of shared memory per 64 tensor-core
   // cycles (Q 2 + K 4), the P V product 4, the TMA writes ~1 more per 64 cycles: ~110 of the 128
   // bytes per cycle an SM's shared memory delivers at the tensor cores' full rate; Q in registers
