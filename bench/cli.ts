@@ -8,12 +8,14 @@
 //   api     what a user gets: back-to-back public-API calls on device tensors, each awaited, outputs
 //           disposed as they go, closed by synchronize(); wall time / calls (median of 3 rounds of
 //           at least --api-ms milliseconds each)
-// The torch comparison uses the api figure.
+// The torch comparison uses the api figure; torch is timed the same way (back-to-back calls, three
+// rounds of at least --api-ms, the table's torch columns) and also per call in a burst from an idle
+// GPU ("(burst)", the boost clock; --torch-burst-only times only that, the protocol before 2026-12-02).
 //
 //   npm run bench -- [--dtype fp16,bf16] [--hdim 64,128,256] [--causal both|on|off]
 //                    [--seqlen 512,1024,...] [--dir fwd,bwd] [--compare torch] [--reps 30]
 //                    [--warmup 5] [--api-ms 150] [--out bench/out] [--fp32] [--overhead] [--quick]
-//                    [--deterministic] [--decode] [--varlen] [--serve] [--grid off]
+//                    [--deterministic] [--decode] [--varlen] [--serve] [--grid off] [--torch-burst-only]
 //   --decode   paged decode bandwidth (--decode-splits 1,2,4,...: also at fixed split counts) (GQA 32/8, D 128, fp16, page 16 shuffled and page 1; B 1/16/64
 //              x 4k/16k/64k cached tokens) next to torch cuDNN / flash SDPA on contiguous K/V
 //              (--decode-cells 1x16384x16,...: only these B x N x page cells)
