@@ -88,12 +88,14 @@ for s in $steps; do
     percall)
       # Issue 10's per-call cost: the tiny call with and without programmatic dependent launch of the
       # warp-specialised forward (FA_FWD_PDL), the binding's host profile (FA_PROFILE_HOST: before /
-      # in / after the core call), twice each in turns; nsys's CUDA API and kernel summary if present.
+      # in / after the core call), twice each in turns; the host cost of dense and paged calls
+      # (scripts/host-cost.js); nsys's CUDA API and kernel summary if present (PERCALL_NSYS=0: not).
       for i in 1 2; do for pdl in 0 1; do
         echo "-- FA_FWD_PDL=$pdl ($i)"
         FA_FWD_PDL=$pdl FA_PROFILE_HOST=1 node dist/bench/cli.js --grid off --overhead --out /tmp/pc 2>&1 | grep -E "Per-call|host profile"
       done; done | tee "$OUT/percall.log"
-      if command -v nsys > /dev/null; then
+      node scripts/host-cost.js 2>&1 | tee -a "$OUT/percall.log"
+      if command -v nsys > /dev/null && [ "${PERCALL_NSYS:-1}" = 1 ]; then
         for pdl in 0 1; do
           FA_FWD_PDL=$pdl timeout 150 nsys profile -o /tmp/pc$pdl --trace=cuda --force-overwrite true \
             node dist/bench/cli.js --grid off --overhead --out /tmp/pc > /dev/null 2>&1

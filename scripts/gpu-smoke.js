@@ -43,6 +43,8 @@ const cases = [
   // of 4 and 3, a ragged last row block and key block).
   { B: 2, Nq: 333, Nk: 290, H: 4, Hkv: 1, D: 128, dtype: 'float16', causal: false, layout: 'bshd' },
   { B: 1, Nq: 300, Nk: 400, H: 3, Hkv: 1, D: 64, dtype: 'bfloat16', causal: true, layout: 'bhsd', softcap: 15 },
+  // The W 256 backward's deterministic turns over several key blocks (causal, more keys than queries).
+  { B: 1, Nq: 260, Nk: 330, H: 2, Hkv: 1, D: 256, dtype: 'float16', causal: true, layout: 'bshd' },
 ];
 
 (async () => {

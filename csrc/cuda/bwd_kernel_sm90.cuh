@@ -28,21 +28,23 @@ namespace fa {
 namespace cuda {
 
 // This thread block's key block and (batch, kv head): key blocks of a head next to each other, or
-// key-block-major (key block j of every head, then j + 1). FA_WS_LPT builds with a.lpt_groups = G
-// (causal calls): key-block-major inside sections of G pairs (sized by the host so that the rows
+// key-block-major (key block j of every head, then j + 1). Deterministic mode (`det`) numbers the
+// key blocks from the last down (the highest key block of a head starts first), the order its dQ
+// turns follow (bwd_det_rank). FA_WS_LPT builds with a.lpt_groups = G (causal calls, not
+// deterministic): key-block-major inside sections of G pairs (sized by the host so that the rows
 // those tiles stream fit in L2), so that the longest tiles (key block 0 sees every row) of all the
-// section's pairs run first and the grid ends on short ones; a pair's key blocks keep their order
-// (the deterministic dQ's turns wait only on lower key blocks of the same pair).
-__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool key_major, int* n_block, int* bh) {
+// section's pairs run first and the grid ends on short ones.
+__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool key_major, bool det, int* n_block, int* bh) {
   const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
   const unsigned n_bh = gridDim.x / n_nb;
 #if FA_WS_LPT
-  if (!key_major && a.lpt_groups > 0) {
+  if (!key_major && !det && a.lpt_groups > 0) {
     lpt_tile(static_cast<int>(blockIdx.x), a.lpt_groups, static_cast<int>(n_nb), static_cast<int>(n_bh), n_block, bh);
     return;
   }
 #endif
-  *n_block = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
+  const int j = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
+  *n_block = det ? static_cast<int>(n_nb) - 1 - j : j;
   *bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
 }
 
@@ -56,20 +58,27 @@ __device__ __forceinline__ void bwd_row_blocks(const BwdArgs& a, const SeqInfo& 
 }
 
 // Deterministic mode: the turn of key block n_block at row block mm, its rank among the key blocks
-// whose rows reach mm. They form a contiguous range [j_lo, n_block], found by bisection on the
-// nondecreasing last row block of a key block: the last row that sees key k is k - (nk - nq) + left
-// (KeyWindow::rows_of_keys); with no left bound every key block reaches the last row block, so
-// j_lo = 0.
+// whose rows reach mm, the highest key block first. Those form a contiguous range [j_lo, j_hi]
+// (first and last row blocks of a key block, bwd_row_blocks, are nondecreasing in the key block);
+// j_hi, the last key block of the sequence whose first row block is at most mm, is found by
+// bisection. Why highest first: under a causal mask a key block's first row block is the one on
+// its diagonal, where it then goes first; walking its row blocks upwards it reaches row block
+// m + 1 one step after the key block above it was there, so no key block waits at its start (with
+// the lowest key block first, key block j waited j turns at its first row block: D 256 causal
+// 1.37-1.44x the default backward's time, tenth session). The key block above one has a lower
+// index (bwd_block_of), so every key block waited for has started already.
 template <int BM, int BN>
-__device__ __forceinline__ int bwd_det_rank(const BwdArgs& a, int nq, int nk, int n_block, int mm) {
-  int lo = 0, hi = a.window_left >= 0 ? n_block : 0;
+__device__ __forceinline__ int bwd_det_rank(const BwdArgs& a, const SeqInfo& seq, int n_block, int mm) {
+  const KeyWindow kw(seq, a.window_left, a.window_right);
+  int lo = n_block, hi = max(n_block, (seq.nk - 1) / BN);
   while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    const int rmx = min(mid * BN + BN, nk) - 1 - (nk - nq) + a.window_left + 1;
-    if ((max(0, min(nq, rmx)) + BM - 1) / BM > mm) hi = mid;
-    else lo = mid + 1;
+    const int mid = (lo + hi + 1) >> 1;
+    int rmin, rmax;
+    kw.rows_of_keys(mid * BN, min(mid * BN + BN, seq.nk) - 1, &rmin, &rmax);
+    if (max(0, rmin) / BM <= mm) lo = mid;
+    else hi = mid - 1;
   }
-  return n_block - lo;
+  return lo - n_block;
 }
 
 // Epilogue of a key block: dK (times scale) and dV from one warpgroup's m64nNC accumulators, this
@@ -241,14 +250,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int wg = warp >> 2, wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
   // Block order: key blocks of a head next to each other (they read the same Q / dO rows at about
-  // the same time), except in deterministic mode at W 64, where the key blocks of a head are
-  // gridDim / num_n_blocks blocks apart (key block j of every head, then j + 1): a key block then
-  // starts after the one whose turn it follows is well ahead, instead of with it at the same row
-  // block (waiting one turn per key block before it); the short W 64 rows keep the lost L2 reuse
-  // cheap (NOTES-bwd.md, deterministic backward, runs 10-13).
-  const bool key_major = W == 64 && a.dq_sem != nullptr;
+  // the same time), except in deterministic mode at W 64 without a right bound on the keys a row
+  // sees (no causal mask), where the key blocks of a head are gridDim / num_n_blocks blocks apart
+  // (key block j of every head, then j - 1): there every key block reaches every row block and
+  // follows the one above it at each, so it starts best when that one is well ahead instead of with
+  // it at the same row block; the short W 64 rows keep the lost L2 reuse cheap (NOTES-bwd.md,
+  // deterministic backward, runs 10-13). Under a causal mask each key block starts on its own
+  // diagonal turn (bwd_det_rank) and the adjacent order keeps long and short key blocks mixed: in
+  // key-block-major order the grid ended on the longest key blocks of every head (eleventh session:
+  // D 64 causal N 8k-16k 1.05-1.14x the default's time -> 1.23-1.28x).
+  const bool key_major = W == 64 && a.dq_sem != nullptr && a.window_right < 0;
   int n_block, bh;
-  bwd_block_of(a, key_major, &n_block, &bh);
+  bwd_block_of(a, key_major, a.dq_sem != nullptr, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);
@@ -289,11 +302,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     else if (tid < BM / 2)
       cp_async_16(smem_u32(sDs + stage * BM) + (tid - BM / 4) * 16, a.dsum + roff + (tid - BM / 4) * 4, true);
   };
-  // Deterministic mode walks the row blocks from the last down: under a causal mask every key
-  // block then reaches the last row block first and each waits at most one step for the one
-  // before it (upward, key block j would wait behind j - 1 at every row block: ~2x at N 16k).
-  const bool down = a.dq_sem != nullptr;
-  int hq = hk * a.group, m = down ? m_end - 1 : m_begin;
+  // Row blocks walk upwards, in deterministic mode too (bwd_det_rank: the highest key block goes
+  // first at every row block, so a key block's first row block under a causal mask is its turn).
+  int hq = hk * a.group, m = m_begin;
   if (total > 0) load_rows(hq, m, 0);
   cp_async_commit();
 
@@ -322,20 +333,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
 
   // Deterministic mode: key block n_block's turn at row block mm (bwd_det_rank).
-  auto rank_of = [&](int mm) { return bwd_det_rank<BM, BN>(a, Nq, Nk, n_block, mm); };
-  // In key-block-major order a key block's turns are normally free when it gets to them, and what
-  // a turn costs is its two round trips (the acquire, the release's acknowledgement): there the
-  // block takes the turns of two consecutive row blocks at once and hands both back after the
-  // second (run 14: D64 1.35-1.42x -> 1.30-1.33x; in row-major order, where the key blocks of a
-  // head queue for the same row block, holding a turn longer costs more: D256 causal 1.45x -> 2.2x).
-  bool have_turn = false;  // this iteration's turn was taken with the previous one's
-  int* pend_sem = nullptr;  // thread 0: the previous row block's counter, handed back with this one's
+  auto rank_of = [&](int mm) { return bwd_det_rank<BM, BN>(a, seq, n_block, mm); };
+  // A turn is handed on only once every thread's adds of it are done in memory: each thread's
+  // fence (membar) waits for its own reductions, a barrier gathers the block, then thread 0's
+  // release. Right after the adds the fence waits out their round trip (~1 us per step, with the
+  // block idle), so it runs at the start of the next iteration while the S^T / dP^T products are in
+  // flight (after the last iteration, at the end). Released later in that iteration (after its
+  // next barrier), every hand-on waited ~1/3 of an iteration longer: without a causal mask the key
+  // blocks of a head follow each other at every row block, and D 256 full N 512-4k went from
+  // 1.14-1.31x the default's time to 1.30-1.44x (eleventh session).
+  // (Released after a barrier alone, a turn could be passed on with adds of other warps still in
+  // flight: the next key block's adds could then land first, and D 256 sums came out in a varying
+  // order once the turns followed each other closely.)
+  bool pending = false;     // a turn whose release waits for the next iteration (block-uniform)
+  int* pend_sem = nullptr;  // thread 0: its counter and rank
   int pend_rank = 0;
   for (int it = 0; it < total; ++it) {
     const int st = it & 1;
     const int row0 = m * BM;
-    int next_h = hq, next_m = down ? m - 1 : m + 1;
-    if (down ? next_m < m_begin : next_m == m_end) next_m = down ? m_end - 1 : m_begin, ++next_h;
+    int next_h = hq, next_m = m + 1;
+    if (next_m == m_end) next_m = m_begin, ++next_h;
     cp_async_wait<0>();
     sm90::fence_proxy_async_smem();
     __syncthreads();  // Q_i, dO_i, slices visible; every warp is done with block i-1 (dS^T, P^T, stage st^1)
@@ -359,6 +376,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     for (int ks = 0; ks < W / 16; ++ks)
       sm90::Wgmma<T, NS>::ss(&dp[0][0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
     sm90::wgmma_commit();
+    if (pending) {  // the previous row block's turn, handed on while the products run
+      __threadfence();  // this thread's adds of it done in memory
+      __syncthreads();
+      if (tid == 0) st_release_gpu(pend_sem, pend_rank + 1);
+      pending = false;
+    }
     sm90::wgmma_wait<0>();
     sm90::reg_fence<NS / 2>(&s[0][0][0]);
     sm90::reg_fence<NS / 2>(&dp[0][0][0]);
@@ -406,22 +429,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::wgmma_commit();
     }
 
-    // Deterministic mode: thread 0 waits for this row block's turn (rank_of; paired, also the next
-    // one's), the block follows. Blocks start in index order and a lower key block of the same head
-    // has a lower index in either block order, so every key block waited for has started already;
-    // ranks follow key order at every row block, so a block holding a turn never waits for one
-    // held by a higher key block (no cycle).
-    bool paired = false;
-    if (sem != nullptr && !have_turn) {
-      paired = key_major && it + 1 < total && next_h == hq;
-      if (tid == 0) {
+    // Deterministic mode: thread 0 waits for this row block's turn (rank_of), the block follows.
+    // Blocks start in index order and a higher key block of the same head has a lower index in
+    // either block order (bwd_block_of), so every key block waited for has started already; a
+    // block holds no turn while it waits for one (the previous one was handed on above): no cycle.
+    if (sem != nullptr) {
+      if (tid == 0)
         while (ld_acquire_gpu(sem) != rank) __nanosleep(64);
-        if (paired) {
-          int* const s2 = a.dq_sem + ((ws_b + hq * a.ws_head + next_m * BM) >> 6);
-          const int r2 = rank_of(next_m);
-          while (ld_acquire_gpu(s2) != r2) __nanosleep(64);
-        }
-      }
       __syncthreads();
     }
     sm90::wgmma_fence();  // the dQ products follow a branch: fenced here (else ptxas injects an arrive)
@@ -455,25 +469,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
       sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
     }
-    if (sem != nullptr) {  // every thread's adds, then the next key block's turn
-      // One release by thread 0 after the barrier covers the whole block's adds (the barrier orders
-      // them before it and the release is cumulative; CUTLASS's generic barrier does the same).
-      // A __threadfence by every thread before it cost ~1 us per step, waited for by the block.
-      if (paired) {
-        if (tid == 0) pend_sem = sem, pend_rank = rank;
-        have_turn = true;
-      } else {
-        __syncthreads();
-        if (tid == 0) {
-          st_release_gpu(sem, rank + 1);
-          if (have_turn) st_release_gpu(pend_sem, pend_rank + 1);
-        }
-        have_turn = false;
-      }
+    if (sem != nullptr) {  // handed on in the next iteration, or after the loop
+      pending = true;
+      if (tid == 0) pend_sem = sem, pend_rank = rank;
     }
     hq = next_h, m = next_m;
   }
   cp_async_wait<0>();
+  if (pending) {  // the last turn
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) st_release_gpu(pend_sem, pend_rank + 1);
+  }
 
   // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns
   // wg * NC + 8j + 2t (row split) or 8j + 2t (key split).

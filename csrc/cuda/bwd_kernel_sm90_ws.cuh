@@ -62,10 +62,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int warp = tid >> 5;
   const int wg = warp >> 2;
   // Block order as the cp.async kernel's: the key blocks of a head next to each other, except in
-  // deterministic mode at W 64 (key block j of every head, then j + 1; bwd_kernel_sm90.cuh).
+  // deterministic mode at W 64 with no right bound (key block j of every head, then j - 1;
+  // bwd_kernel_sm90.cuh).
   const bool det = a.dq_sem != nullptr;
   int n_block, bh;
-  bwd_block_of(a, W == 64 && det, &n_block, &bh);
+  bwd_block_of(a, W == 64 && det && a.window_right < 0, det, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);
@@ -76,10 +77,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // blocks i: (query head of the group, row block), head-major
   const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
-  // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (in
-  // deterministic mode from the last row block down, as the cp.async kernel walks then).
+  // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (upwards
+  // in deterministic mode too: bwd_det_rank).
   auto head_of = [&](int it) { return hk * a.group + it / n_m; };
-  auto row0_of = [&](int it) { return (det ? m_end - 1 - it % n_m : m_begin + it % n_m) * BM; };
+  auto row0_of = [&](int it) { return (m_begin + it % n_m) * BM; };
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         if (det) {
           static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
           sem = a.dq_sem + (wrow >> 6);
-          rank = bwd_det_rank<BM, BN>(a, Nq, Nk, n_block, row0_of(it) / BM);
+          rank = bwd_det_rank<BM, BN>(a, seq, n_block, row0_of(it) / BM);
           while (ld_acquire_gpu(sem) != rank) __nanosleep(32);
           fence_proxy_async_global();  // the reduction after the acquire
         }

@@ -55,27 +55,40 @@ describeGpu('CUDA backward', () => {
   });
 
   describe.skipIf(!gpuBackwardAvailable)(`deterministic mode${gpuBackwardAvailable ? '' : ` [skipped: ${SKIP_REASON}]`}`, () => {
+    // The dQ sums run in a fixed key-block order (highest key block first at every row block):
+    // the head dims of the three Hopper backward kernels (W 64 key-block-major, W 128, W 256), a
+    // causal mask, a sliding window, no mask, and more keys than queries.
+    const CASES = [
+      { name: 'D 128 GQA causal', B: 2, Nq: 777, Nk: 777, H: 8, Hkv: 2, D: 128, opts: { causal: true } },
+      { name: 'D 64 GQA full', B: 2, Nq: 513, Nk: 900, H: 4, Hkv: 2, D: 64, opts: {} },
+      { name: 'D 256 causal', B: 1, Nq: 700, Nk: 1000, H: 2, Hkv: 1, D: 256, opts: { causal: true } },
+      { name: 'D 256 window', B: 2, Nq: 650, Nk: 650, H: 2, Hkv: 2, D: 256, opts: { window: [200, 30] as [number, number] } },
+      { name: 'D 128 window', B: 2, Nq: 650, Nk: 650, H: 2, Hkv: 2, D: 128, opts: { window: [200, 30] as [number, number] } },
+      { name: 'D 64 causal window', B: 1, Nq: 900, Nk: 1000, H: 4, Hkv: 1, D: 64, opts: { causal: true, window: [300, 0] as [number, number] } },
+    ];
     for (const dtype of ['float16', 'bfloat16', 'float32'] as const) {
-      it(`${dtype}: deterministic: true gives bit-identical dq, dk, dv across runs (GQA, causal, long)`, async () => {
-        const rng = new Rng(909);
-        const host = [
-          randomTensor(rng, [2, 777, 8, 128], dtype),
-          randomTensor(rng, [2, 777, 2, 128], dtype),
-          randomTensor(rng, [2, 777, 2, 128], dtype),
-          randomTensor(rng, [2, 777, 8, 128], dtype),
-        ];
-        const [q, k, v, dout] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
-        host.forEach((h) => h.tensor.dispose());
-        const f = await flashAttention(q, k, v, { causal: true });
-        const runs: Uint8Array[][] = [];
-        for (let i = 0; i < 3; i++) {
-          const g = await flashAttentionBackward(dout, q, k, v, f.out, f.lse, { causal: true, deterministic: true });
-          runs.push([await rawBytes(g.dq), await rawBytes(g.dk), await rawBytes(g.dv)]);
-          disposeAll(g.dq, g.dk, g.dv);
-        }
-        for (const r of runs.slice(1)) for (let j = 0; j < 3; j++) expect(bytesEqual(r[j], runs[0][j]), ['dq', 'dk', 'dv'][j]).toBe(true);
-        disposeAll(q, k, v, dout, f.out, f.lse);
-      });
+      for (const cs of CASES) {
+        it(`${dtype} ${cs.name}: deterministic: true gives bit-identical dq, dk, dv across runs`, async () => {
+          const rng = new Rng(909 + cs.D + cs.Nk);
+          const host = [
+            randomTensor(rng, [cs.B, cs.Nq, cs.H, cs.D], dtype),
+            randomTensor(rng, [cs.B, cs.Nk, cs.Hkv, cs.D], dtype),
+            randomTensor(rng, [cs.B, cs.Nk, cs.Hkv, cs.D], dtype),
+            randomTensor(rng, [cs.B, cs.Nq, cs.H, cs.D], dtype),
+          ];
+          const [q, k, v, dout] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
+          host.forEach((h) => h.tensor.dispose());
+          const f = await flashAttention(q, k, v, cs.opts);
+          const runs: Uint8Array[][] = [];
+          for (let i = 0; i < 3; i++) {
+            const g = await flashAttentionBackward(dout, q, k, v, f.out, f.lse, { ...cs.opts, deterministic: true });
+            runs.push([await rawBytes(g.dq), await rawBytes(g.dk), await rawBytes(g.dv)]);
+            disposeAll(g.dq, g.dk, g.dv);
+          }
+          for (const r of runs.slice(1)) for (let j = 0; j < 3; j++) expect(bytesEqual(r[j], runs[0][j]), ['dq', 'dk', 'dv'][j]).toBe(true);
+          disposeAll(q, k, v, dout, f.out, f.lse);
+        });
+      }
     }
   });
 });
