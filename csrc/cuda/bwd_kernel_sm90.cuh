@@ -27,25 +27,23 @@
 namespace fa {
 namespace cuda {
 
-// This thread block's key block and (batch, kv head): key blocks of a head next to each other, or
-// key-block-major (key block j of every head, then j + 1). Deterministic mode (`det`) numbers the
-// key blocks from the last down (the highest key block of a head starts first), the order its dQ
-// turns follow (bwd_det_rank). FA_WS_LPT builds with a.lpt_groups = G (causal calls, not
-// deterministic): key-block-major inside sections of G pairs (sized by the host so that the rows
-// those tiles stream fit in L2), so that the longest tiles (key block 0 sees every row) of all the
-// section's pairs run first and the grid ends on short ones.
-__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool key_major, bool det, int* n_block, int* bh) {
+// This thread block's key block and (batch, kv head): the key blocks of a head next to each other,
+// numbered from the last down in deterministic mode (`det`: the highest key block of a head starts
+// first, the order its dQ turns follow, bwd_det_rank). FA_WS_LPT builds with a.lpt_groups = G
+// (causal calls, not deterministic): key-block-major inside sections of G pairs (sized by the host
+// so that the rows those tiles stream fit in L2), so that the longest tiles (key block 0 sees every
+// row) of all the section's pairs run first and the grid ends on short ones.
+__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool det, int* n_block, int* bh) {
   const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
-  const unsigned n_bh = gridDim.x / n_nb;
 #if FA_WS_LPT
-  if (!key_major && !det && a.lpt_groups > 0) {
-    lpt_tile(static_cast<int>(blockIdx.x), a.lpt_groups, static_cast<int>(n_nb), static_cast<int>(n_bh), n_block, bh);
+  if (!det && a.lpt_groups > 0) {
+    lpt_tile(static_cast<int>(blockIdx.x), a.lpt_groups, static_cast<int>(n_nb), static_cast<int>(gridDim.x / n_nb), n_block, bh);
     return;
   }
 #endif
-  const int j = static_cast<int>(key_major ? blockIdx.x / n_bh : blockIdx.x % n_nb);
+  const int j = static_cast<int>(blockIdx.x % n_nb);
   *n_block = det ? static_cast<int>(n_nb) - 1 - j : j;
-  *bh = static_cast<int>(key_major ? blockIdx.x % n_bh : blockIdx.x / n_nb);
+  *bh = static_cast<int>(blockIdx.x / n_nb);
 }
 
 // Row blocks [*m_begin, *m_end) of bm rows hold the rows that see any key of the key block at key0.
@@ -250,18 +248,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int wg = warp >> 2, wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
   // Block order: key blocks of a head next to each other (they read the same Q / dO rows at about
-  // the same time), except in deterministic mode at W 64 without a right bound on the keys a row
-  // sees (no causal mask), where the key blocks of a head are gridDim / num_n_blocks blocks apart
-  // (key block j of every head, then j - 1): there every key block reaches every row block and
-  // follows the one above it at each, so it starts best when that one is well ahead instead of with
-  // it at the same row block; the short W 64 rows keep the lost L2 reuse cheap (NOTES-bwd.md,
-  // deterministic backward, runs 10-13). Under a causal mask each key block starts on its own
-  // diagonal turn (bwd_det_rank) and the adjacent order keeps long and short key blocks mixed: in
-  // key-block-major order the grid ended on the longest key blocks of every head (eleventh session:
-  // D 64 causal N 8k-16k 1.05-1.14x the default's time -> 1.23-1.28x).
-  const bool key_major = W == 64 && a.dq_sem != nullptr && a.window_right < 0;
+  // the same time), from the last down in deterministic mode (bwd_block_of). Key-block-major order
+  // (key block j of every head, then j - 1), once the deterministic order at W 64, measured slower
+  // everywhere with the highest-first turns (eleventh session, fp16 full N 512-16k: D 64 1.10-1.40x
+  // the default's time against 1.02-1.15x adjacent, D 128 1.06-1.37x against 1.00-1.07x, D 256
+  // 1.37-1.58x against 1.06-1.38x; under a causal mask the grid ended on the longest key blocks).
   int n_block, bh;
-  bwd_block_of(a, key_major, a.dq_sem != nullptr, &n_block, &bh);
+  bwd_block_of(a, a.dq_sem != nullptr, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);

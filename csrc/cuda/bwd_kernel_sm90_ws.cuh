@@ -61,12 +61,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int wg = warp >> 2;
-  // Block order as the cp.async kernel's: the key blocks of a head next to each other, except in
-  // deterministic mode at W 64 with no right bound (key block j of every head, then j - 1;
-  // bwd_kernel_sm90.cuh).
+  // Block order as the cp.async kernel's: the key blocks of a head next to each other, from the last
+  // down in deterministic mode (bwd_kernel_sm90.cuh).
   const bool det = a.dq_sem != nullptr;
   int n_block, bh;
-  bwd_block_of(a, W == 64 && det && a.window_right < 0, det, &n_block, &bh);
+  bwd_block_of(a, det, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);
