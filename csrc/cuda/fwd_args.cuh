@@ -117,6 +117,7 @@ struct DecodeArgs {
   int stages;          // the sm_90 loaders' ring depth per warp (run_fwd_decode chooses; 0: automatic)
   int blocks_per_sm;   // what the caller's split count assumed (run_fwd_decode sizes the rings to it)
   int rescale_always;  // FA_DECODE_RESCALE=always: rescale O every tile (comparisons; default: when a max moved)
+  int trace_slot;      // FA_TRACE builds: which of the two trace buffers this launch writes (fwd_decode.cuh)
 };
 template <typename T, int kHeadDim>
 fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);

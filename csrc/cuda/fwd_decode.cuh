@@ -26,6 +26,31 @@
 namespace fa {
 namespace cuda {
 
+// FA_WS_TRACE builds (FA_TRACE=1 npm run build:native; development only): thread 0 of every block
+// records the global timer at its entry, after the PDL wait, when warp 0's first tile has landed,
+// at the end of warp 0's loop, when every warp is done, before the split combine and at the exit,
+// with its SM and tile count, into one of two buffers (launches alternate), so that a launch's
+// timeline (ramp, first bytes, the spread of block ends, the combine, the gap to the previous
+// launch) can be read (fwd_launch.cuh, decode_trace_report).
+#ifdef FA_WS_TRACE
+constexpr int kDecTraceBlocks = 8192, kDecTraceFields = 8;
+static __device__ unsigned long long g_dec_trace[2][kDecTraceBlocks][kDecTraceFields];  // one per translation unit
+__device__ __forceinline__ unsigned long long dec_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
+#define FA_DEC_MARK(field, value)                                                                      \
+  do {                                                                                                 \
+    const unsigned fa_blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);            \
+    if (threadIdx.x == 0 && fa_blk < kDecTraceBlocks) g_dec_trace[d.trace_slot & 1][fa_blk][(field)] = (value); \
+  } while (0)
+#else
+#define FA_DEC_MARK(field, value) \
+  do {                            \
+  } while (0)
+#endif
+
 template <typename T_, int kHeadDim_>
 struct DecodeTraits {
   using T = T_;
@@ -181,6 +206,10 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   // split of one sequence, so a page (all kv heads of page_size tokens, contiguous) is read by
   // neighbouring blocks at about the same time instead of once per head at different times.
   const int hk = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+#ifdef FA_WS_TRACE
+  FA_DEC_MARK(0, dec_now());
+  for (int f = 1; f < kDecTraceFields; ++f) FA_DEC_MARK(f, 0ull);
+#endif
 
   // Launched with launch_pdl, the block may start while the kernel before it on the stream still
   // runs. Until pdl_wait() it reads only the sequence lengths and the page table: int32 arrays
@@ -195,6 +224,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   // More queries than the caller's maxSeqlenQ: no partial rows for them (never write past them).
   if (seq.nq <= 0 || seq.nq * group > a.decode_rows || (d.num_splits > 1 && seq.nq > d.rows_per_seq)) {
     pdl_wait();
+    FA_DEC_MARK(6, dec_now());
     return;
   }
   const int rows = seq.nq * group;  // packed rows in use
@@ -371,6 +401,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     }
     pdl_wait();
     pdl_launch_dependents();
+    FA_DEC_MARK(1, dec_now());
 #pragma unroll
     for (int j = 0; j < 7; ++j)
       if (j < ns - 1 && j < my_count) {
@@ -383,6 +414,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   } else {
     pdl_wait();
     pdl_launch_dependents();
+    FA_DEC_MARK(1, dec_now());
 #pragma unroll
     for (int j = 0; j < kS - 1; ++j) {
       if (j < my_count) {
@@ -415,6 +447,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     if constexpr (kUseBulk) mbar_wait(bars + sc * 8, ph);
     else cp_async_wait<kS - 2>();
     __syncwarp();
+#ifdef FA_WS_TRACE
+    if (j == 0) FA_DEC_MARK(2, dec_now());
+#endif
     {
       if constexpr (kTma) {
         const int jn = j + ns - 1;
@@ -508,7 +543,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     if (++sc == ns) sc = 0, ph ^= 1u;
   }
   if constexpr (!kUseBulk) cp_async_wait<0>();  // (bulk: every filled stage was waited on)
+  FA_DEC_MARK(3, dec_now());
   __syncthreads();  // every warp is done with its ring: the shared memory now holds the merge
+  FA_DEC_MARK(4, dec_now());
 
   // Merge the four warps: warp w stores its raw row max, row sum and unnormalised O.
   float* const cm = reinterpret_cast<float*>(smem);           // [warps][16] max
@@ -573,7 +610,16 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       if (c == 0) d.partial_lse[(split * a.heads + h) * P + prow] = lse;
     }
   }
+#ifdef FA_WS_TRACE
+  {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    FA_DEC_MARK(5, dec_now());
+    FA_DEC_MARK(7, (static_cast<unsigned long long>(max(t_end - t_begin, 0)) << 32) | smid);
+  }
+#endif
   if (d.num_splits > 1) split_combine<Tr>(d, seq, hk, b, rows, tid, smem);
+  FA_DEC_MARK(6, dec_now());
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "common/errors.h"
 #include "cuda/api_checks.h"
@@ -176,6 +177,55 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   return FA_OK;
 }
 
+#ifdef FA_WS_TRACE
+// FA_WS_TRACE builds: after every FA_WS_TRACE_EVERY-th decode launch of an instantiation, the
+// timeline of that launch (fwd_decode.cuh, g_dec_trace; the stream is synchronised there, after the
+// launch, so the launch itself ran behind its predecessors as usual), in microseconds from its first
+// block's entry: block entries, the PDL wait passed, the first tile landed (warp 0), warp 0's loop
+// end, every warp done, the kernel's end, the longest split combine, the gap since the previous
+// launch's end (negative: overlap), and the K / V rate over the whole launch and over the span
+// from the median first tile to the last loop end.
+inline void decode_trace_report(cudaStream_t stream, void* trace, int slot, int blocks, int head_dim) {
+  static unsigned long long h[2][kDecTraceBlocks][kDecTraceFields];
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = cudaMemcpy(h, trace, sizeof(h), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    fprintf(stderr, "fa decode trace: %s\n", cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    return;
+  }
+  const int n = std::min(blocks, kDecTraceBlocks);
+  auto& c = h[slot & 1];
+  unsigned long long t0 = ~0ull, tend = 0, prev_end = 0;
+  for (int i = 0; i < n; ++i) t0 = std::min(t0, c[i][0]), tend = std::max(tend, c[i][6]);
+  for (int i = 0; i < n; ++i) prev_end = std::max(prev_end, h[(slot + 1) & 1][i][6]);
+  std::vector<double> f[8];
+  double combine = 0, tiles = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < 7; ++k)
+      if (c[i][k] != 0) f[k].push_back((double(c[i][k]) - double(t0)) / 1000.0);
+    if (c[i][5] != 0) combine = std::max(combine, (double(c[i][6]) - double(c[i][5])) / 1000.0);
+    tiles += double(c[i][7] >> 32);
+  }
+  auto q = [](std::vector<double>& v, double p) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+  };
+  const double bytes = tiles * 16 * head_dim * 2 * 2;
+  const double span = (double(tend) - double(t0)) / 1000.0;
+  const double data = q(f[3], 1.0) - q(f[2], 0.5);
+  fprintf(stderr,
+          "fa decode trace: %d blocks, %.1f MB; us from first entry: entry med %.2f max %.2f | wait passed min %.2f med %.2f "
+          "max %.2f | first tile med %.2f p90 %.2f max %.2f | loop end min %.2f med %.2f p90 %.2f max %.2f | all warps max "
+          "%.2f | end %.2f (combine max %.2f) | gap after previous launch %.2f | TB/s whole %.2f, data span %.2f\n",
+          n, bytes / 1e6, q(f[0], 0.5), q(f[0], 1.0), q(f[1], 0.0), q(f[1], 0.5), q(f[1], 1.0), q(f[2], 0.5), q(f[2], 0.9),
+          q(f[2], 1.0), q(f[3], 0.0), q(f[3], 0.5), q(f[3], 0.9), q(f[3], 1.0), q(f[4], 1.0), span, combine,
+          prev_end ? (double(t0) - double(prev_end)) / 1000.0 : 0.0, span > 0 ? bytes / span / 1e6 : 0.0,
+          data > 0 ? bytes / data / 1e6 : 0.0);
+}
+#endif
+
 // The paged decode kernel: grid (heads_k, num_splits, batch).
 // d.loader: kDecodeCpAsync, or one of the sm_90 loaders (the caller checks the device, the build and,
 // for the tensor maps, the page size and head dim, and encodes the maps).
@@ -208,8 +258,22 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   const fa_status st = smem_optin(kernel, sm90 ? kMaxBlock : Tr::kSmemBytes, "CUDA paged decode", W, smem_ready[d.loader]);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
+#ifdef FA_WS_TRACE
+  static void* trace = [] {
+    void* p = nullptr;
+    return cudaGetSymbolAddress(&p, g_dec_trace) == cudaSuccess ? p : nullptr;
+  }();
+  static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
+  static std::atomic<int> launches{0};
+  const int launch_no = ++launches;
+  d.trace_slot = launch_no & 1;
+#endif
   const cudaError_t err = launch_pdl(kernel, dim3(d.f.heads_k, d.num_splits, d.f.batch), dim3(Tr::kThreads), smem, stream, d);
   if (err != cudaSuccess) return cuda_fail(err, "decode launch");
+#ifdef FA_WS_TRACE
+  if (trace != nullptr && launch_no % every == 0)
+    decode_trace_report(stream, trace, d.trace_slot, d.f.heads_k * d.num_splits * d.f.batch, W);
+#endif
   return FA_OK;
 }
 
