@@ -73,7 +73,23 @@ class DeviceContext {
   static DeviceContext* Find(Napi::Env env, int device);
 
   int device() const { return device_; }
-  void* stream() const { return stream_; }
+  // Every piece of work is queued on the stream through this accessor, which counts the calls:
+  // enqueues() then tells whether anything was queued between two points (an over-count is
+  // harmless; it only turns off what relies on nothing having been queued).
+  void* stream() const {
+    enqueues_.fetch_add(1, std::memory_order_relaxed);
+    return stream_;
+  }
+  uint64_t enqueues() const { return enqueues_.load(std::memory_order_relaxed); }
+  // The device memory written by the last forward / paged call (its out and lse) and enqueues()
+  // right after it: a paged decode call that follows with nothing queued in between, on caches that
+  // overlap neither range, may read its caches before the previous kernel ends (fa_fwd_params::
+  // decode_early_kv). JS thread.
+  struct LastWrites {
+    uint64_t after = ~uint64_t(0);
+    uintptr_t lo[2] = {0, 0}, hi[2] = {0, 0};
+  };
+  LastWrites last_attention;
 
   // "" when the device can take work, else the recorded sticky error (with the device named).
   std::string Unusable() const;
@@ -151,6 +167,7 @@ class DeviceContext {
   void* pool_ = nullptr;
   std::string sticky_;
   bool shut_down_ = false;
+  mutable std::atomic<uint64_t> enqueues_{0};
   DevAlloc* live_ = nullptr;
 
   std::unordered_map<void*, size_t> sizes_;                // cacheable blocks: their rounded size

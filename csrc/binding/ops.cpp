@@ -498,6 +498,23 @@ std::string CoreError(DeviceContext* ctx, fa_status st) {
 
 // Fills an fa_fwd_params for forward / paged calls (pointers included). Index arrays go through
 // `idx` (uploaded before the launch).
+// Whether a paged call may let its decode kernel read the caches before the kernel before it on the
+// stream has finished (fa_fwd_params::decode_early_kv): only when the last thing queued on the
+// stream was a forward / paged call (its kernels write its out and lse, and the library's own
+// workspace) and neither cache overlaps that out or lse. Anything else queued in between (an
+// appendKV, a copy, a fill, a merge, a backward) counts through DeviceContext::stream() and turns
+// it off; so does every first call.
+bool EarlyKvSafe(DeviceContext* ctx, uint64_t queued_before, const void* k, const void* v, size_t bytes) {
+  const DeviceContext::LastWrites& w = ctx->last_attention;
+  if (w.after != queued_before) return false;
+  for (const void* c : {k, v}) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(c), hi = lo + bytes;
+    for (int i = 0; i < 2; ++i)
+      if (lo < w.hi[i] && w.lo[i] < hi) return false;
+  }
+  return true;
+}
+
 void FillForward(CudaCall& cc, IndexStaging& idx, int op, fa_fwd_params& p) {
   const Call& c = cc.c;
   const Sizes z = SizesOf(c, op);
@@ -540,6 +557,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
   const std::string bad = ctx->Unusable();
   if (!bad.empty()) throw Napi::Error::New(env, bad);
   ctx->MakeCurrent();
+  const uint64_t queued_before = ctx->enqueues();  // (before this call's own stream() below)
   cudaStream_t stream = static_cast<cudaStream_t>(ctx->stream());
   const Sizes z = SizesOf(c, op);
   CudaCall cc{ctx, c, {}, {}};
@@ -572,8 +590,15 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       st = fa_rotary_cuda(&r, stream);
       p.q = r.out;
     }
+    if (op == FA_OP_paged) p.decode_early_kv = EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
     const double t1 = g_prof.on ? NowUs() : 0;
     if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
+    if (st == FA_OK) {  // what this call's kernels write, for the next paged call's EarlyKvSafe
+      DeviceContext::LastWrites& w = ctx->last_attention;
+      w.lo[0] = reinterpret_cast<uintptr_t>(p.o), w.hi[0] = w.lo[0] + z.q;
+      w.lo[1] = reinterpret_cast<uintptr_t>(p.lse), w.hi[1] = w.lo[1] + z.lse;
+      w.after = ctx->enqueues();
+    }
     if (g_prof.on) {
       const double t2 = NowUs();
       g_prof.fill += t1 - t0, g_prof.core += t2 - t1;

@@ -420,6 +420,8 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     d.stages = stages_forced >= 2 ? std::min(stages_forced, 8) : 0;
     static const int rescale_always = env_is("FA_DECODE_RESCALE", "always") ? 1 : 0;
     d.rescale_always = rescale_always;
+    static const bool early_off = env_int("FA_DECODE_EARLY", 1) == 0;  // comparisons
+    d.early_kv = p->decode_early_kv != 0 && !early_off ? 1 : 0;
     // Partials only for the queries a decode sequence can have: a call with long prefill chunks
     // and few kv heads (B 2 x 8k, splits 16) would otherwise size them for every query, GBs of
     // workspace, and run the combine over every row.

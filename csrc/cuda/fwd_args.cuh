@@ -117,6 +117,9 @@ struct DecodeArgs {
   int stages;          // the sm_90 loaders' ring depth per warp (run_fwd_decode chooses; 0: automatic)
   int blocks_per_sm;   // what the caller's split count assumed (run_fwd_decode sizes the rings to it)
   int rescale_always;  // FA_DECODE_RESCALE=always: rescale O every tile (comparisons; default: when a max moved)
+  // 1: the K / V tiles of the first ring stages are requested before the PDL wait (the kernel before
+  // this one on the stream is known not to write the caches: the caller's check, fa_fwd_params).
+  int early_kv;
   int trace_slot;      // FA_TRACE builds: which of the two trace buffers this launch writes (fwd_decode.cuh)
 };
 template <typename T, int kHeadDim>

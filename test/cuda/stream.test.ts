@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { expect, it } from 'vitest';
 import {
-  Tensor, emptyCache, flashAttention, flashAttentionBackward, memoryStats, resetPeakMemoryStats, synchronize,
+  Tensor, emptyCache, flashAttention, flashAttentionBackward, memoryStats, pagedAttention, resetPeakMemoryStats, synchronize,
 } from '../../lib/index';
 import {
   type AttnDims, Rng, bytesEqual, defaultScale, describeGpu, disposeAll, randomTensor, rawBytes, refForward, relL2, toF64,
@@ -210,6 +210,52 @@ describeGpu('CUDA stream-ordered execution', () => {
       disposeAll(r.out, r.lse);
     }
     disposeAll(q, k, first.out, first.lse);
+  });
+
+  // A decode kernel may request its first K / V tiles while the kernel before it still runs, but
+  // only when that kernel writes no byte of its caches (DeviceContext::last_attention). Caches
+  // written by the call right before (out=) must be read as that call left them; decode calls on
+  // one cache back to back (the early path) must give what they give one at a time.
+  it('paged decode right after calls that write its caches, and back to back: the step-by-step result bit for bit', async () => {
+    const rng = new Rng(1207);
+    const pages = 96, page = 16, Hkv = 2, H = 8, D = 64, B = 3, per = 32;
+    const cacheShape = [pages, page, Hkv, D];
+    const src = await Promise.all([0, 1, 2].map(() => dev(randomTensor(rng, cacheShape, 'float16').tensor)));
+    const qd = await dev(randomTensor(rng, [B, H, D], 'float16').tensor);
+    const order = Array.from({ length: pages }, (_, i) => i).sort(() => rng.uniform() - 0.5);
+    const opts = {
+      pageTable: await Tensor.from(Int32Array.from(order), [B, per]).to('cuda'),
+      seqlensK: await Tensor.from(Int32Array.from([per * page, 301, 17]), [B]).to('cuda'),
+      cuSeqlensQ: await Tensor.from(Int32Array.from([0, 1, 2, 3]), [B + 1]).to('cuda'),
+      maxSeqlenQ: 1, maxSeqlenK: per * page,
+    };
+    const kc = await Tensor.empty(cacheShape, { dtype: 'float16', device: 'cuda' });
+    const vc = await Tensor.empty(cacheShape, { dtype: 'float16', device: 'cuda' });
+    const fill = (x: Tensor[]) => [
+      flashAttention(x[0], x[1], x[2], { out: kc }),
+      flashAttention(x[2], x[0], x[1], { out: vc }),
+    ];
+    // Step by step: the caches read back before the decode, each decode read back before the next.
+    await Promise.all(fill(src));
+    await rawBytes(kc);
+    const want: Uint8Array[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await pagedAttention(qd, kc, vc, opts);
+      want.push(await rawBytes(r.out));
+      disposeAll(r.out, r.lse);
+    }
+    // Queued: the caches rewritten (other inputs, then the first ones again) and decoded at once.
+    const rot = [src[1], src[2], src[0]];
+    await Promise.all(fill(rot));
+    const other = await pagedAttention(qd, kc, vc, opts);
+    await Promise.all(fill(src));
+    const outs = [];
+    for (let i = 0; i < 3; i++) outs.push(await pagedAttention(qd, kc, vc, opts));
+    for (const r of outs) expect(bytesEqual(await rawBytes(r.out), want[0])).toBe(true);
+    expect(bytesEqual(want[1], want[0]) && bytesEqual(want[2], want[0])).toBe(true);
+    expect(bytesEqual(await rawBytes(other.out), want[0])).toBe(false);
+    disposeAll(...src, qd, kc, vc, other.out, other.lse, ...outs.flatMap((r) => [r.out, r.lse]),
+      opts.pageTable, opts.seqlensK, opts.cuSeqlensQ);
   });
 
   it('the JS thread keeps running while large downloads and long queues complete', async () => {
