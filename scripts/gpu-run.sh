@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -113,6 +113,14 @@ for s in $steps; do
         node dist/bench/cli.js --dir fwd --dtype fp16 --hdim "$hd" --seqlen "$n" --causal "${cz:-off}" --api-ms 20 --reps 8 \
           --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
       done | tee "$OUT/trace.log" ;;
+    decode-trace)
+      # The decode kernel's timeline (fwd_decode.cuh, FA_TRACE=1 builds as for `trace`): every
+      # 100th back-to-back launch of a cell; DECODE_TRACE_CELLS "BxNxPAGE ..." (bench --decode-cells).
+      for c in ${DECODE_TRACE_CELLS:-1x4096x16 1x16384x16 1x65536x16 16x4096x16 16x16384x16 1x16384x1}; do
+        echo "-- $c (the figures of a trace build are not results)"
+        FA_WS_TRACE_EVERY=100 timeout 120 node dist/bench/cli.js --grid off --decode --decode-cells "$c" --api-ms 30 \
+          --out /tmp/dtr 2>&1 | grep -a "decode trace" | tail -2
+      done | tee "$OUT/decode-trace.log" ;;
     fwd-ab)
       # A/B of builds: this tree's addon (a) and each of AB_ADDON (space-separated .node files or xz's
       # of them, e.g. FA_WS_SPLIT_O=1 / FA_WS_LPT=1 builds: b1, b2, ...), in turns, AB_ROUNDS rounds
