@@ -231,12 +231,12 @@ describeGpu('CUDA stream-ordered execution', () => {
     };
     const kc = await Tensor.empty(cacheShape, { dtype: 'float16', device: 'cuda' });
     const vc = await Tensor.empty(cacheShape, { dtype: 'float16', device: 'cuda' });
-    const fill = (x: Tensor[]) => [
-      flashAttention(x[0], x[1], x[2], { out: kc }),
-      flashAttention(x[2], x[0], x[1], { out: vc }),
-    ];
+    const fill = async (x: Tensor[]) => {
+      const r = [await flashAttention(x[0], x[1], x[2], { out: kc }), await flashAttention(x[2], x[0], x[1], { out: vc })];
+      for (const t of r) t.lse.dispose();
+    };
     // Step by step: the caches read back before the decode, each decode read back before the next.
-    await Promise.all(fill(src));
+    await fill(src);
     await rawBytes(kc);
     const want: Uint8Array[] = [];
     for (let i = 0; i < 3; i++) {
@@ -246,9 +246,9 @@ describeGpu('CUDA stream-ordered execution', () => {
     }
     // Queued: the caches rewritten (other inputs, then the first ones again) and decoded at once.
     const rot = [src[1], src[2], src[0]];
-    await Promise.all(fill(rot));
+    await fill(rot);
     const other = await pagedAttention(qd, kc, vc, opts);
-    await Promise.all(fill(src));
+    await fill(src);
     const outs = [];
     for (let i = 0; i < 3; i++) outs.push(await pagedAttention(qd, kc, vc, opts));
     for (const r of outs) expect(bytesEqual(await rawBytes(r.out), want[0])).toBe(true);
