@@ -91,17 +91,15 @@ struct DecodeTraits {
 // by their lse (out = sum_i exp(lse_i - lse) * out_i, lse = log(sum_i exp(lse_i)); a split that saw
 // no key has lse +inf and weight 0). No second kernel: its launch, the wait for the whole grid and
 // the cold start of its reads are gone (a B 1 call spent ~1/4 of its GPU time there, run 12).
-// The partial rows come into shared memory as 16-byte cp.async copies, every copy of a chunk of
-// splits issued before any is waited on (one L2 round trip per chunk, `cap` bytes of staging from
-// byte 8192 on); read with plain loads, eight splits in flight per thread, the merge took 5-6 us
-// of the GPU's tail at B 1 x 16k (the twelfth session's timeline trace: ~1/5 of the call).
+// (Twelfth session: staging the partials in shared memory with cp.async, all of a chunk in flight
+// at once, measured no faster on the H200: shared by the whole block, +1.5-1.8 us at B 1 x 16k-64k
+// from its index arithmetic; each thread copying its own items, within +-1 us of this form. The
+// ~5 us the timeline trace shows for the last block is mostly its fence and counter round trips.)
 template <class Tr>
 __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo& seq, int hk, int b, int rows, int tid,
-                                              unsigned char* smem, int cap) {
+                                              unsigned char* smem) {
   using T = typename Tr::T;
   constexpr int W = Tr::kHeadDim;
-  constexpr int kGroups = W / 4;  // 16-byte column groups of a row
-  constexpr int kItems = (kDecodeRows * kGroups + Tr::kThreads - 1) / Tr::kThreads;  // (row, group) pairs per thread
   const FwdArgs& a = d.f;
   // The "last block" flag lives past the weights (at most 16 x 32 floats) in the merge area, which
   // the block has finished reading (a static __shared__ variable would push the sm_90 loaders'
@@ -122,26 +120,6 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
   const int ns = d.num_splits;
   const int group = a.group;
   const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;
-  // Partial row of packed row r in split sp: [split][P][H][W] fp32.
-  auto part_row = [&](int sp, int r) {
-    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
-    return d.partial_o + ((sp * P + prow) * a.heads + hk * group + r % group) * W;
-  };
-  // Staging: chunks of `per` splits, [split of the chunk][row][W] floats.
-  const int row_set = rows * W * 4;
-  const int per = cap >= row_set ? min(ns, cap / row_set) : 0;
-  const uint32_t stage = smem_u32(smem) + 8192;
-  auto stage_chunk = [&](int s0) {
-    const int n = min(per, ns - s0) * rows * kGroups;
-    for (int i = tid; i < n; i += Tr::kThreads) {
-      const int sp = i / (rows * kGroups), rem = i - sp * rows * kGroups;
-      const int r = rem / kGroups, c = (rem % kGroups) * 4;
-      cp_async_16(stage + (sp * rows * W + r * W + c) * 4, part_row(s0 + sp, r) + c, true);
-    }
-    cp_async_commit();
-  };
-  if (per > 0) stage_chunk(0);  // in flight while the weights are worked out
-
   float* const wt = reinterpret_cast<float*>(smem);  // [rows][ns] weights (the merge area is done)
   for (int idx = tid; idx < rows * ns; idx += Tr::kThreads) {
     const int r = idx / ns, sp = idx % ns;
@@ -171,61 +149,26 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     }
     a.lse[h * a.lse_head + seq.q_row0 + i] = lse;
   }
-  float4 acc[kItems];
-#pragma unroll
-  for (int k = 0; k < kItems; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (per > 0) {
-    for (int s0 = 0; s0 < ns; s0 += per) {
-      cp_async_wait<0>();
-      __syncthreads();  // the chunk (and, the first time, the weights) visible to every thread
-      const int n = min(per, ns - s0);
-      const float* const sp_base = reinterpret_cast<const float*>(smem + 8192);
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        const int idx = tid + k * Tr::kThreads;
-        const int r = idx / kGroups, c = (idx % kGroups) * 4;
-        if (r >= rows) continue;
-        const float* w = wt + r * ns + s0;
-        for (int sp = 0; sp < n; ++sp) {
-          const float4 x = *reinterpret_cast<const float4*>(sp_base + (sp * rows + r) * W + c);
-          const float f = w[sp];
-          acc[k].x = fmaf(f, x.x, acc[k].x), acc[k].y = fmaf(f, x.y, acc[k].y);
-          acc[k].z = fmaf(f, x.z, acc[k].z), acc[k].w = fmaf(f, x.w, acc[k].w);
-        }
-      }
-      if (s0 + per < ns) {
-        __syncthreads();  // every thread is done with the chunk before the next overwrites it
-        stage_chunk(s0 + per);
-      }
-    }
-  } else {
-    // A row set larger than the staging room (not reached by the traits: see cap): direct loads.
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = tid + k * Tr::kThreads;
-      const int r = idx / kGroups, c = (idx % kGroups) * 4;
-      if (r >= rows) continue;
-      const float* w = wt + r * ns;
-#pragma unroll 8
-      for (int sp = 0; sp < ns; ++sp) {
-        const float4 x = __ldcg(reinterpret_cast<const float4*>(part_row(sp, r) + c));
-        const float f = w[sp];
-        acc[k].x = fmaf(f, x.x, acc[k].x), acc[k].y = fmaf(f, x.y, acc[k].y);
-        acc[k].z = fmaf(f, x.z, acc[k].z), acc[k].w = fmaf(f, x.w, acc[k].w);
-      }
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    const int idx = tid + k * Tr::kThreads;
+  __syncthreads();
+  constexpr int kGroups = W / 4;
+  for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
     const int r = idx / kGroups, c = (idx % kGroups) * 4;
-    if (r >= rows || c >= a.head_dim) continue;
+    if (c >= a.head_dim) continue;
     const int i = r / group, h = hk * group + r % group;
+    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
+    const float* po = d.partial_o + (prow * a.heads + h) * W + c;
+    const float* w = wt + r * ns;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int sp = 0; sp < ns; ++sp) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * P * a.heads * W));
+      const float f = w[sp];
+      acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+    }
     char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
     uint2 v;
-    v.x = pack2<T>(acc[k].x, acc[k].y);
-    v.y = pack2<T>(acc[k].z, acc[k].w);
+    v.x = pack2<T>(acc.x, acc.y);
+    v.y = pack2<T>(acc.z, acc.w);
     *reinterpret_cast<uint2*>(dst) = v;
   }
 }
@@ -688,10 +631,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     FA_DEC_MARK(7, (static_cast<unsigned long long>(max(t_end - t_begin, 0)) << 32) | smid);
   }
 #endif
-  // Staging room of the combine: the dynamic shared memory past its first 8 KiB (weights, flag),
-  // up to the bulk loaders' barriers (every stage was waited on: free too, but kept out).
-  if (d.num_splits > 1)
-    split_combine<Tr>(d, seq, hk, b, rows, tid, smem, (kUseBulk ? Tr::bulk_bar_offset(ns, kTma) : Tr::kSmemBytes) - 8192);
+  if (d.num_splits > 1) split_combine<Tr>(d, seq, hk, b, rows, tid, smem);
   FA_DEC_MARK(6, dec_now());
   }
 }
