@@ -88,6 +88,18 @@ fa_status run_fwd_sm90(FwdArgs args, cudaStream_t stream) {
 }
 
 #ifdef FA_WS_TRACE
+// FA_WS_TRACE builds: a trace buffer's device address (nullptr when it cannot be had), and how
+// often a launch is reported (FA_WS_TRACE_EVERY, default every 50th).
+template <class Buffer>
+void* trace_buffer(const Buffer& symbol) {
+  void* p = nullptr;
+  return cudaGetSymbolAddress(&p, symbol) == cudaSuccess ? p : nullptr;
+}
+inline int trace_every() {
+  static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
+  return every;
+}
+
 // FA_WS_TRACE builds: after every FA_WS_TRACE_EVERY-th launch of an instantiation (default 50; the
 // stream is synchronised there, so its timing is not a performance figure), the split of that
 // launch's tiles (fwd_kernel_sm90_ws.cuh, g_ws_trace), in SM cycles per consumer warpgroup:
@@ -160,11 +172,7 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
 #ifdef FA_WS_TRACE
   // (the instantiations of one translation unit share its buffer: cleared before each launch,
   // read right after the reported one)
-  static void* trace = [] {
-    void* p = nullptr;
-    return cudaGetSymbolAddress(&p, g_ws_trace) == cudaSuccess ? p : nullptr;
-  }();
-  static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
+  static void* trace = trace_buffer(g_ws_trace);
   static std::atomic<int> launches{0};
   if (trace != nullptr) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
 #endif
@@ -172,7 +180,7 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   const cudaError_t err = launch_pdl_if(ta.pdl != 0, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
 #ifdef FA_WS_TRACE
-  if (trace != nullptr && ++launches % every == 0) ws_trace_report<Tr, kPaged>(stream, trace);
+  if (trace != nullptr && ++launches % trace_every() == 0) ws_trace_report<Tr, kPaged>(stream, trace);
 #endif
   return FA_OK;
 }
@@ -259,11 +267,7 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
 #ifdef FA_WS_TRACE
-  static void* trace = [] {
-    void* p = nullptr;
-    return cudaGetSymbolAddress(&p, g_dec_trace) == cudaSuccess ? p : nullptr;
-  }();
-  static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
+  static void* trace = trace_buffer(g_dec_trace);
   static std::atomic<int> launches{0};
   const int launch_no = ++launches;
   d.trace_slot = launch_no & 1;
@@ -271,7 +275,7 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
   const cudaError_t err = launch_pdl(kernel, dim3(d.f.heads_k, d.num_splits, d.f.batch), dim3(Tr::kThreads), smem, stream, d);
   if (err != cudaSuccess) return cuda_fail(err, "decode launch");
 #ifdef FA_WS_TRACE
-  if (trace != nullptr && launch_no % every == 0)
+  if (trace != nullptr && launch_no % trace_every() == 0)
     decode_trace_report(stream, trace, d.trace_slot, d.f.heads_k * d.num_splits * d.f.batch, W);
 #endif
   return FA_OK;
