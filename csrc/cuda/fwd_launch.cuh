@@ -99,6 +99,16 @@ inline int trace_every() {
   static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
   return every;
 }
+// Waits for the stream and copies a trace buffer back into `host`; false (with the CUDA error
+// printed as `what: name`) when either fails.
+inline bool trace_read(cudaStream_t stream, void* trace, void* host, size_t bytes, const char* what) {
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = cudaMemcpy(host, trace, bytes, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) return true;
+  fprintf(stderr, "%s: %s\n", what, cudaGetErrorName(e));
+  (void)cudaGetLastError();
+  return false;
+}
 
 // FA_WS_TRACE builds: after every FA_WS_TRACE_EVERY-th launch of an instantiation (default 50; the
 // stream is synchronised there, so its timing is not a performance figure), the split of that
@@ -110,13 +120,7 @@ inline int trace_every() {
 template <class Tr, bool kPaged>
 void ws_trace_report(cudaStream_t stream, void* trace) {
   static long long h[kTraceCtas][kTraceTiles][kTraceWgs][kTraceFields];
-  cudaError_t e = cudaStreamSynchronize(stream);
-  if (e == cudaSuccess) e = cudaMemcpy(h, trace, sizeof(h), cudaMemcpyDeviceToHost);
-  if (e != cudaSuccess) {
-    fprintf(stderr, "fa ws trace: %s\n", cudaGetErrorName(e));
-    (void)cudaGetLastError();
-    return;
-  }
+  if (!trace_read(stream, trace, h, sizeof(h), "fa ws trace")) return;
   double gap = 0, fill = 0, steady = 0, steady_blocks = 0, epi = 0, nb = 0;
   long n_gap = 0, n = 0, n_fill = 0;
   for (int c = 0; c < kTraceCtas; ++c)
@@ -195,13 +199,7 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
 // from the median first tile to the last loop end.
 inline void decode_trace_report(cudaStream_t stream, void* trace, int slot, int blocks, int head_dim) {
   static unsigned long long h[2][kDecTraceBlocks][kDecTraceFields];
-  cudaError_t e = cudaStreamSynchronize(stream);
-  if (e == cudaSuccess) e = cudaMemcpy(h, trace, sizeof(h), cudaMemcpyDeviceToHost);
-  if (e != cudaSuccess) {
-    fprintf(stderr, "fa decode trace: %s\n", cudaGetErrorName(e));
-    (void)cudaGetLastError();
-    return;
-  }
+  if (!trace_read(stream, trace, h, sizeof(h), "fa decode trace")) return;
   const int n = std::min(blocks, kDecTraceBlocks);
   auto& c = h[slot & 1];
   unsigned long long t0 = ~0ull, tend = 0, prev_end = 0;
