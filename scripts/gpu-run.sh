@@ -86,18 +86,18 @@ for s in $steps; do
       node dist/bench/cli.js $args --compare torch --out /tmp/ab-ws 2>&1 | tee "$OUT/bwd-ab-ws.log" | grep -E "^\| (float|bfloat)" | cut -c1-160
       FA_BWD_SM90=cpasync node dist/bench/cli.js $args --out /tmp/ab-cp 2>&1 | tee "$OUT/bwd-ab-cp.log" | grep -E "^\| (float|bfloat)" | cut -c1-110 ;;
     percall)
-      # Issue 10's per-call cost: the tiny call with and without programmatic dependent launch of the
-      # warp-specialised forward (FA_FWD_PDL), the binding's host profile (FA_PROFILE_HOST: before /
+      # Issue 10's per-call cost: the tiny call with launches on the JS thread (FA_LAUNCH_THREAD=0)
+      # and on the launcher thread (default), the binding's host profile (FA_PROFILE_HOST: before /
       # in / after the core call), twice each in turns; the host cost of dense and paged calls
-      # (scripts/host-cost.js); nsys's CUDA API and kernel summary if present (PERCALL_NSYS=0: not).
-      for i in 1 2; do for pdl in 0 1; do
-        echo "-- FA_FWD_PDL=$pdl ($i)"
-        FA_FWD_PDL=$pdl FA_PROFILE_HOST=1 node dist/bench/cli.js --grid off --overhead --out /tmp/pc 2>&1 | grep -E "Per-call|host profile"
+      # (scripts/host-cost.js) both ways; nsys's CUDA API and kernel summary if present (PERCALL_NSYS=0: not).
+      for i in 1 2; do for lt in 0 1; do
+        echo "-- FA_LAUNCH_THREAD=$lt ($i)"
+        FA_LAUNCH_THREAD=$lt FA_PROFILE_HOST=1 node dist/bench/cli.js --grid off --overhead --out /tmp/pc 2>&1 | grep -E "Per-call|host profile|^\| "
       done; done | tee "$OUT/percall.log"
-      node scripts/host-cost.js 2>&1 | tee -a "$OUT/percall.log"
+      for lt in 0 1; do echo "-- host-cost FA_LAUNCH_THREAD=$lt"; FA_LAUNCH_THREAD=$lt node scripts/host-cost.js 2>&1; done | tee -a "$OUT/percall.log"
       if command -v nsys > /dev/null && [ "${PERCALL_NSYS:-1}" = 1 ]; then
         for pdl in 0 1; do
-          FA_FWD_PDL=$pdl timeout 150 nsys profile -o /tmp/pc$pdl --trace=cuda --force-overwrite true \
+          FA_LAUNCH_THREAD=$pdl timeout 150 nsys profile -o /tmp/pc$pdl --trace=cuda --force-overwrite true \
             node dist/bench/cli.js --grid off --overhead --out /tmp/pc > /dev/null 2>&1
           timeout 120 nsys stats --report cuda_api_sum,cuda_gpu_kern_sum --format csv /tmp/pc$pdl.nsys-rep > "$OUT/nsys-percall-pdl$pdl.csv" 2>&1
           head -12 "$OUT/nsys-percall-pdl$pdl.csv"

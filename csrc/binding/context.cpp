@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -102,6 +104,28 @@ int PinnedClass(size_t bytes) {
 }
 constexpr size_t kPinnedCap = size_t(128) << 20;  // page-locked staging per context, at most
 
+// FA_PROFILE_HOST=1 (development): where a queued launch and a host read spend their time; printed
+// at exit. Launch figures are updated under the run lock, read figures on the JS thread.
+struct QueueProfile {
+  bool on = [] {
+    const char* e = getenv("FA_PROFILE_HOST");
+    return e != nullptr && e[0] == '1';
+  }();
+  double wait_us = 0, run_us = 0, flush_us = 0, poll_us = 0;
+  long launches = 0, by_js = 0, flushes = 0, reads = 0;
+  ~QueueProfile() {
+    if (!on || launches + reads == 0) return;
+    fprintf(stderr, "flash-attention-node queue profile: %ld launches (%ld issued by the JS thread), %.2f us queued, %.2f us issuing each; "
+            "%ld flushes with work queued, %.2f us each; %ld waits on an event, %.2f us polling each\n",
+            launches, by_js, launches ? wait_us / launches : 0, launches ? run_us / launches : 0, flushes,
+            flushes ? flush_us / flushes : 0, reads, reads ? poll_us / reads : 0);
+  }
+};
+QueueProfile g_qprof;
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 DeviceContext* DeviceContext::Find(Napi::Env env, int device) {
@@ -154,6 +178,131 @@ DeviceContext::DeviceContext(Napi::Env env, int device) : device_(device) {
                                         "flash-attention-node:cuda", 0, 1);
   tsfn_.Unref(env);
   waiter_ = std::thread([this] { WaiterLoop(); });
+  const char* lt = getenv("FA_LAUNCH_THREAD");
+  launcher_on_ = !(lt != nullptr && lt[0] == '0');
+  if (const char* sp = getenv("FA_LAUNCH_SPIN_US")) launch_spin_us_ = atoi(sp);  // comparisons
+  if (launcher_on_) launcher_ = std::thread([this] { LauncherLoop(); });
+}
+
+std::string DeviceContext::Submit(Launch launch, bool call) {
+  enqueues_.fetch_add(1, std::memory_order_relaxed);
+  // A call made while nothing is queued, right after the JS thread waited for the GPU or while the
+  // launcher sleeps, finds the GPU idle: issuing it here reaches the GPU soonest (no hand-off, and
+  // the driver's state stays in this core's cache); a call followed by a read at once (the round
+  // trip) measured 32-38 us through the launcher against 28-29 us issued here. Calls that follow it
+  // before the next wait go to the launcher, which is woken for them.
+  bool here = !launcher_on_;
+  if (call && !here && !Pending() && (idle_hint_ || launcher_sleeping_.load(std::memory_order_relaxed))) here = true;
+  if (call) idle_hint_ = false;
+  if (here) {
+    int code = 0;
+    std::string err = launch(&code);
+    if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
+    if (launcher_on_ && launcher_sleeping_.load(std::memory_order_relaxed)) {
+      { std::lock_guard<std::mutex> lock(sleep_mu_); wake_ = true; }
+      sleep_cv_.notify_one();
+    }
+    return err;
+  }
+  const uint64_t t = tail_.load(std::memory_order_relaxed);
+  if (t - head_.load(std::memory_order_acquire) >= kRing) Flush();  // full: issue them here
+  ring_[t % kRing] = new Queued{std::move(launch), g_qprof.on ? NowUs() : 0.0};
+  tail_.store(t + 1, std::memory_order_release);
+  // Pairs with the launcher's store to launcher_sleeping_ and its check of the queue after it: one
+  // of the two sees the other's store.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (launcher_sleeping_.load(std::memory_order_relaxed)) {
+    { std::lock_guard<std::mutex> lock(sleep_mu_); }
+    sleep_cv_.notify_one();
+  }
+  return "";
+}
+
+void DeviceContext::RunLock() {
+  while (!RunLockTry()) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+bool DeviceContext::RunOneLaunch() {
+  const uint64_t h = head_.load(std::memory_order_relaxed);
+  if (h == tail_.load(std::memory_order_acquire)) return false;
+  Queued* l = ring_[h % kRing];
+  int code = 0;
+  const double t0 = g_qprof.on ? NowUs() : 0;
+  std::string err = l->fn(&code);
+  if (g_qprof.on) {
+    const double t1 = NowUs();
+    g_qprof.wait_us += t0 - l->submitted_us, g_qprof.run_us += t1 - t0, ++g_qprof.launches;
+  }
+  delete l;
+  if (!err.empty() && launch_error_.empty()) {
+    launch_error_ = std::move(err);
+    launch_error_code_ = code;
+  }
+  head_.store(h + 1, std::memory_order_release);
+  return true;
+}
+
+void DeviceContext::Flush() {
+  if (!Pending()) return;
+  const double t0 = g_qprof.on ? NowUs() : 0;
+  MakeCurrent();
+  RunLock();  // the launcher may be issuing one: at most one launch to wait for
+  const uint64_t before = head_.load(std::memory_order_relaxed);
+  while (RunOneLaunch()) {
+  }
+  if (g_qprof.on) {
+    g_qprof.by_js += long(head_.load(std::memory_order_relaxed) - before), ++g_qprof.flushes;
+    g_qprof.flush_us += NowUs() - t0;
+  }
+  RunUnlock();
+}
+
+std::string DeviceContext::TakeLaunchError() {
+  if (!launcher_on_) return "";
+  std::string err;
+  int code = 0;
+  RunLock();
+  err.swap(launch_error_);
+  code = launch_error_code_;
+  launch_error_code_ = 0;
+  RunUnlock();
+  if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
+  return err;
+}
+
+void DeviceContext::LauncherLoop() {
+#ifdef FA_WITH_CUDA
+  cudaSetDevice(device_);
+#endif
+  for (;;) {
+    // Back-to-back calls arrive a few microseconds apart: spin a while before sleeping, so that a
+    // steady stream of calls never waits for this thread to wake up.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(launch_spin_us_);
+    while (!Pending() && !launcher_stop_.load(std::memory_order_relaxed) &&
+           std::chrono::steady_clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (!Pending()) {
+      std::unique_lock<std::mutex> lock(sleep_mu_);
+      launcher_sleeping_.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      sleep_cv_.wait(lock, [this] { return Pending() || wake_ || launcher_stop_.load(std::memory_order_relaxed); });
+      launcher_sleeping_.store(false, std::memory_order_relaxed);
+      wake_ = false;
+      if (!Pending() && launcher_stop_.load(std::memory_order_relaxed)) break;  // stopping and drained
+      if (!Pending()) continue;  // woken for calls to come: spin again
+    }
+    if (!RunLockTry()) continue;  // the JS thread is flushing
+    while (RunOneLaunch()) {
+    }
+    RunUnlock();
+  }
 }
 
 std::string DeviceContext::Unusable() const {
@@ -210,6 +359,7 @@ std::string DeviceContext::Alloc(size_t bytes, void** ptr, bool cacheable) {
     // finish, hand every unused block back to the driver and try once more.
     cudaGetLastError();
     ReleaseCache();
+    Flush();
     cudaStreamSynchronize(s);
     cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);
     e = cudaMallocAsync(ptr, n, s);
@@ -240,6 +390,14 @@ void DeviceContext::FreeAsync(void* ptr) {
     return;
   }
   if (it != sizes_.end()) sizes_.erase(it);
+  if (launcher_on_) {  // behind the queued launches that may still use the block
+    cudaStream_t s = static_cast<cudaStream_t>(stream_);
+    Submit([ptr, s](int*) -> std::string {
+      if (cudaFreeAsync(ptr, s) != cudaSuccess) cudaGetLastError();
+      return "";
+    }, /*call=*/false);
+    return;
+  }
   MakeCurrent();
   if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
 #else
@@ -250,6 +408,7 @@ void DeviceContext::FreeAsync(void* ptr) {
 void DeviceContext::ReleaseCache() {
 #ifdef FA_WITH_CUDA
   if (cached_bytes_ == 0) return;
+  Flush();  // the frees below come after every queued launch
   MakeCurrent();
   for (auto& kv : cache_) {
     for (void* p : kv.second) {
@@ -365,8 +524,21 @@ void DeviceContext::WhenReached(const std::string& what, Done done, Napi::Env en
 #ifdef FA_WITH_CUDA
   if (!Unusable().empty()) return done(env, Unusable());
   MakeCurrent();
+  Flush();
+  {
+    const std::string failed = TakeLaunchError();
+    if (!failed.empty()) return done(env, failed);
+  }
+  idle_hint_ = true;  // the GPU will be idle when this wait ends (see Submit)
+  const double tp = g_qprof.on ? NowUs() : 0;
   cudaEvent_t ev = nullptr;
-  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  cudaError_t e = cudaSuccess;
+  if (!wait_events_.empty()) {
+    ev = static_cast<cudaEvent_t>(wait_events_.back());
+    wait_events_.pop_back();
+  } else {
+    e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  }
   if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream_));
   if (e != cudaSuccess) {
     if (ev) cudaEventDestroy(ev);
@@ -382,8 +554,10 @@ void DeviceContext::WhenReached(const std::string& what, Done done, Napi::Env en
     __builtin_ia32_pause();
 #endif
   }
+  if (g_qprof.on) g_qprof.poll_us += NowUs() - tp, ++g_qprof.reads;
   if (e != cudaErrorNotReady) {
-    cudaEventDestroy(ev);
+    if (e == cudaSuccess && wait_events_.size() < 8) wait_events_.push_back(ev);
+    else cudaEventDestroy(ev);
     return done(env, e == cudaSuccess ? "" : Error(e, what));
   }
   cudaGetLastError();
@@ -465,6 +639,7 @@ void DeviceContext::RetirePinned(Pinned* p) {
 void DeviceContext::MemoryStats(double* allocated, double* reserved, double* peak) {
   *allocated = *reserved = *peak = 0;
 #ifdef FA_WITH_CUDA
+  Flush();  // queued frees
   cudaMemPool_t pool = static_cast<cudaMemPool_t>(pool_);
   uint64_t v = 0;
   // Cached free blocks (Alloc / FreeAsync) are in use by the pool but not by any tensor.
@@ -511,6 +686,16 @@ void DeviceContext::FreePinnedCache() {
 
 void DeviceContext::Shutdown() {
   if (shut_down_) return;
+  if (launcher_.joinable()) {  // issues what is queued, then stops
+    launcher_stop_.store(true);
+    {
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+    }
+    sleep_cv_.notify_all();
+    launcher_.join();
+    Flush();
+    launcher_on_ = false;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -537,6 +722,8 @@ void DeviceContext::Shutdown() {
     pinned_busy_.pop_front();
   }
   FreePinnedCache();
+  for (void* ev : wait_events_) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  wait_events_.clear();
   cudaStreamDestroy(s);
   cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
   cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0);

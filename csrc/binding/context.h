@@ -9,6 +9,21 @@
 // Freeing a tensor is a cudaFreeAsync on the same stream: the memory is reused only after the
 // work queued before the free, so dispose() while queued work still reads a tensor is safe.
 //
+// Kernel launches leave the JS thread too (the launcher thread): a CUDA launch costs the host 4-5 us
+// on a virtualised H200 host, more than the rest of a small call. So an attention call checks its
+// arguments, takes its outputs from the pool and wraps them as handles on the JS thread, then hands
+// the core call (the launch, with its scratch allocations) to the context's launcher thread, which
+// issues such calls one at a time in the order they were submitted. Everything else the JS thread
+// puts on the stream goes through stream(), which first flushes the launcher's queue (it runs what
+// is left itself, on the JS thread, so nothing waits for a thread to wake up): the stream thus sees
+// the work in call order, exactly as if the JS thread had issued all of it. Allocations stay on the
+// JS thread (an allocation may enter the stream ahead of queued launches: the block it returns was
+// freed after every use of it, and the launches that follow it are later calls'); frees that reach
+// cudaFreeAsync go through the launcher's queue, behind the launches that may still use the block.
+// A launch that fails on the launcher thread is reported like a failure inside queued work, at the
+// next synchronize() or host read. FA_LAUNCH_THREAD=0 launches on the JS thread instead (the call
+// then throws at once when its launch fails).
+//
 // Only waiting leaves the JS thread: a host read, synchronize() and emptyCache() record an event;
 // the JS thread polls it for a short while (kSpinMicros: a small read right after a small call
 // completes without any thread hand-off), then hands it to the context's waiter thread, which
@@ -65,6 +80,7 @@ class DeviceContext {
  public:
   static constexpr size_t kPinnedMax = size_t(4) << 20;  // transfers up to this use pinned staging
   static constexpr int kSpinMicros = 100;
+  static constexpr int kLaunchSpinMicros = 200;  // the launcher spins this long for more work
 
   // The context of `device` in this environment, created on first use. Throws a Napi::Error when
   // the device cannot be set up. JS thread only, like every method below unless noted.
@@ -76,10 +92,30 @@ class DeviceContext {
   // Every piece of work is queued on the stream through this accessor, which counts the calls:
   // enqueues() then tells whether anything was queued between two points (an over-count is
   // harmless; it only turns off what relies on nothing having been queued).
-  void* stream() const {
+  // It first flushes the launcher's queue (see above).
+  void* stream() {
+    Flush();
     enqueues_.fetch_add(1, std::memory_order_relaxed);
     return stream_;
   }
+  // The stream handle without a flush or a count: for launches submitted through Submit (they run
+  // in submission order) and for the launcher thread itself.
+  void* raw_stream() const { return stream_; }
+
+  // A core call to issue on the stream in call order: returns "" on success, else the error message
+  // and, in *cuda_code, the CUDA error behind it (0 when none). It must capture only device
+  // pointers and values (it may run after the JS objects of the call are gone).
+  using Launch = std::function<std::string(int* cuda_code)>;
+  // Queues `launch` on the launcher thread and returns "" (counted as one use of the stream); with
+  // the launcher off (FA_LAUNCH_THREAD=0) runs it here and returns its error message, if any (a
+  // CUDA error recorded as by Error()). JS thread.
+  // `call` false: work that never needs to reach the GPU soon (a free), always queued.
+  std::string Submit(Launch launch, bool call = true);
+  // Issues every queued launch before returning (runs them on the calling JS thread). JS thread.
+  void Flush();
+  // The first failure of a launch issued off the JS thread since the last call, as an Error()
+  // message (sticky errors recorded), or "". JS thread.
+  std::string TakeLaunchError();
   uint64_t enqueues() const { return enqueues_.load(std::memory_order_relaxed); }
   // The device memory written by the last forward / paged call (its out and lse) and enqueues()
   // right after it: a paged decode call that follows with nothing queued in between, on caches that
@@ -151,6 +187,9 @@ class DeviceContext {
  private:
   DeviceContext(Napi::Env env, int device);
   void WaiterLoop();
+  void LauncherLoop();
+  // Runs the oldest queued launch; false when the queue is empty. Caller holds the run lock.
+  bool RunOneLaunch();
   void LinkAlloc(DevAlloc* a);
   void UnlinkAlloc(DevAlloc* a);
 
@@ -184,6 +223,39 @@ class DeviceContext {
   std::deque<Item*> todo_;
   bool stopping_ = false;
   std::thread waiter_;
+
+  // The launcher thread's queue: a ring written by the JS thread (tail_) and read by whichever
+  // thread holds the run lock (head_, advanced after the launch is issued, so head_ == tail_ means
+  // nothing is queued or being issued). Every wait here spins: a thread put to sleep on a
+  // contended lock or a condition variable takes microseconds to wake on such a host, as much as a
+  // launch. Only the idle launcher sleeps (sleep_mu_ / sleep_cv_), after kLaunchSpinMicros.
+  static constexpr uint64_t kRing = 1024;
+  bool RunLockTry() { return !run_busy_.exchange(true, std::memory_order_acquire); }
+  void RunLock();
+  void RunUnlock() { run_busy_.store(false, std::memory_order_release); }
+  bool Pending() const {
+    return head_.load(std::memory_order_acquire) != tail_.load(std::memory_order_acquire);
+  }
+  bool launcher_on_ = false;
+  int launch_spin_us_ = kLaunchSpinMicros;
+  struct Queued {
+    Launch fn;
+    double submitted_us;  // FA_PROFILE_HOST only
+  };
+  Queued* ring_[kRing] = {};
+  alignas(64) std::atomic<uint64_t> head_{0};
+  alignas(64) std::atomic<uint64_t> tail_{0};
+  alignas(64) std::atomic<bool> run_busy_{false};
+  std::atomic<bool> launcher_sleeping_{false};
+  std::atomic<bool> launcher_stop_{false};
+  bool wake_ = false;         // guarded by sleep_mu_: wakes the launcher with nothing queued
+  bool idle_hint_ = false;   // JS thread: a wait for the GPU ended and no call was made since
+  std::vector<void*> wait_events_;  // JS thread: cudaEvent_t of WhenReached, for reuse
+  std::mutex sleep_mu_;
+  std::condition_variable sleep_cv_;
+  int launch_error_code_ = 0;   // guarded by the run lock
+  std::string launch_error_;    // guarded by the run lock
+  std::thread launcher_;
 };
 
 }  // namespace fab

@@ -477,22 +477,22 @@ fa_status WithRetry(DeviceContext* ctx, F&& launch) {
   fa_status st = launch();
   if (st == FA_ERR_CUDA && std::strstr(fa_last_error(), "cudaErrorMemoryAllocation") != nullptr) {
     cudaGetLastError();
-    cudaStreamSynchronize(static_cast<cudaStream_t>(ctx->stream()));
+    cudaStreamSynchronize(static_cast<cudaStream_t>(ctx->raw_stream()));
     ctx->Trim();
     st = launch();
   }
   return st;
 }
 
-std::string CoreError(DeviceContext* ctx, fa_status st) {
+// The message of a failed core call ("" when it succeeded) and, in *cuda_code, the CUDA error behind
+// it (the calling thread's last error, cleared here), for DeviceContext::Submit.
+std::string LaunchError(fa_status st, int* cuda_code) {
+  *cuda_code = 0;
+  if (st == FA_OK) return "";
   std::string msg = fa_last_error();
   if (msg.empty()) msg = fa_status_name(st);
   // The core names CUDA errors "cudaErrorXxx: ..."; sticky ones make the context unusable.
-  const size_t at = msg.find("cudaError");
-  if (st == FA_ERR_CUDA && at != std::string::npos) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) ctx->Error(e, "after a failed launch");
-  }
+  if (st == FA_ERR_CUDA && msg.find("cudaError") != std::string::npos) *cuda_code = static_cast<int>(cudaGetLastError());
   return msg;
 }
 
@@ -557,17 +557,20 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
   const std::string bad = ctx->Unusable();
   if (!bad.empty()) throw Napi::Error::New(env, bad);
   ctx->MakeCurrent();
-  const uint64_t queued_before = ctx->enqueues();  // (before this call's own stream() below)
-  cudaStream_t stream = static_cast<cudaStream_t>(ctx->stream());
+  const uint64_t queued_before = ctx->enqueues();  // (before this call's own uses of the stream)
+  // The core call runs where Submit puts it (the launcher thread, in call order): it captures the
+  // params by value, device pointers only.
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx->raw_stream());
   const Sizes z = SizesOf(c, op);
   CudaCall cc{ctx, c, {}, {}};
   IndexStaging idx;
-  fa_status st = FA_OK;
+  std::string err;
   if (op == FA_OP_forward || op == FA_OP_paged) {
     fa_fwd_params p{};
     FillForward(cc, idx, op, p);
     const float* cos = nullptr;
     const float* sin = nullptr;
+    fa_rotary_params r{};
     if (op == FA_OP_paged && c.Has(FA_S_rotary_cos)) {
       cos = static_cast<const float*>(cc.In(FA_S_rotary_cos, z.rot));
       sin = static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot));
@@ -575,7 +578,6 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
     idx.Upload(cc);
     if (cos != nullptr) {
       // q rotated at positions seqlens_k[b] - n_b + i into a temporary, then attention on it.
-      fa_rotary_params r{};
       r.x = p.q;
       r.out = cc.Alloc(z.q ? z.q : 1, "rotated q");
       cc.temps.push_back(r.out);
@@ -587,13 +589,17 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       r.head_dim = p.head_dim;
       r.dtype = p.dtype;
       r.rotary = RotaryOf(c, cos, sin);
-      st = fa_rotary_cuda(&r, stream);
       p.q = r.out;
     }
     if (op == FA_OP_paged) p.decode_early_kv = EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
     const double t1 = g_prof.on ? NowUs() : 0;
-    if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
-    if (st == FA_OK) {  // what this call's kernels write, for the next paged call's EarlyKvSafe
+    const bool rotate = cos != nullptr;
+    err = ctx->Submit([ctx, p, r, rotate, stream](int* code) {
+      fa_status st = rotate ? fa_rotary_cuda(&r, stream) : FA_OK;
+      if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
+      return LaunchError(st, code);
+    });
+    if (err.empty()) {  // what this call's kernels write, for the next paged call's EarlyKvSafe
       DeviceContext::LastWrites& w = ctx->last_attention;
       w.lo[0] = reinterpret_cast<uintptr_t>(p.o), w.hi[0] = w.lo[0] + z.q;
       w.lo[1] = reinterpret_cast<uintptr_t>(p.lse), w.hi[1] = w.lo[1] + z.lse;
@@ -641,7 +647,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       p.workspace = cc.Alloc(ws, "backward workspace");
       cc.temps.push_back(p.workspace);
     }
-    st = fa_bwd_cuda(&p, stream);
+    err = ctx->Submit([p, stream](int* code) { return LaunchError(fa_bwd_cuda(&p, stream), code); });
   } else if (op == FA_OP_append_kv) {
     fa_append_kv_params p{};
     FillAppendKv(p, c);
@@ -657,11 +663,11 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
                           static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot)));
     }
     idx.Upload(cc);
-    st = fa_append_kv_cuda(&p, stream);
+    err = ctx->Submit([p, stream](int* code) { return LaunchError(fa_append_kv_cuda(&p, stream), code); });
   } else {
     throw Internal(env, "unknown op " + std::to_string(op));
   }
-  if (st != FA_OK) cc.Fail(CoreError(ctx, st));
+  if (!err.empty()) cc.Fail(err);
   Napi::Value result = cc.Result();
   if (g_prof.on && (op == FA_OP_forward || op == FA_OP_paged)) g_prof.result += NowUs() - t0, ++g_prof.calls;
   return result;
@@ -768,10 +774,13 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
   };
   p.out = out_or_new(info[3], obytes, "out");
   p.lse = static_cast<float*>(out_or_new(info[4], lbytes, "lse"));
-  p.outs = optr.data();
-  p.lses = lptr.data();
-  const fa_status st = fa_merge_cuda(&p, ctx->stream());
-  if (st != FA_OK) cc.Fail(CoreError(ctx, st));
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx->raw_stream());
+  const std::string err = ctx->Submit([p, optr, lptr, stream](int* code) mutable {
+    p.outs = optr.data();
+    p.lses = lptr.data();
+    return LaunchError(fa_merge_cuda(&p, stream), code);
+  });
+  if (!err.empty()) cc.Fail(err);
   return cc.Result();
 #else
   throw Napi::Error::New(env, "flash-attention-node was built without CUDA");
@@ -796,14 +805,18 @@ Napi::Value Bench(const Napi::CallbackInfo& info) {
   };
   for (int i = 0; i < warmup; ++i) run_once();
   auto events = std::make_shared<std::vector<cudaEvent_t>>(2 * reps, nullptr);
-  cudaStream_t s = static_cast<cudaStream_t>(ctx->stream());
   for (auto& e : *events) {
     if (cudaEventCreate(&e) != cudaSuccess) throw Napi::Error::New(env, ctx->Error(cudaGetLastError(), "bench events"));
   }
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord((*events)[2 * i], s);
+    // The events are recorded where the launches are issued (in order with them, on the launcher
+    // thread when it is on): recording them from here would flush the queue at every run and time
+    // the hand-off too.
+    cudaEvent_t e0 = (*events)[2 * i], e1 = (*events)[2 * i + 1];
+    cudaStream_t s = static_cast<cudaStream_t>(ctx->raw_stream());
+    ctx->Submit([e0, s](int*) { cudaEventRecord(e0, s); return std::string(); });
     run_once();
-    cudaEventRecord((*events)[2 * i + 1], s);
+    ctx->Submit([e1, s](int*) { cudaEventRecord(e1, s); return std::string(); });
   }
   auto deferred = std::make_shared<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(env));
   ctx->WhenReached("benchmark", [events, deferred, reps](Napi::Env e2, const std::string& err) {
