@@ -7,9 +7,10 @@
 //
 // CPU: the work runs in a Napi::AsyncWorker (no N-API calls off the JS thread); every output is a
 // host typed array the caller allocated; the Promise settles when the work is done.
-// CUDA: the work is enqueued on the device's stream from the JS thread (context.h) and the call
-// returns the new output handles synchronously (outputs whose slot was null are allocated here);
-// a failure to enqueue throws with the CUDA error name. Host Int32Array index arrays of a CUDA call
+// CUDA: the outputs (slots that were null) are allocated here and returned as handles at once; the
+// core call is submitted to the device's launch queue (context.h: the launcher thread issues it in
+// call order, or this thread when the GPU is idle); a failed allocation throws with the CUDA error
+// name, a failed launch surfaces at the next wait (at once with FA_LAUNCH_THREAD=0). Host Int32Array index arrays of a CUDA call
 // are staged into one device buffer with one copy.
 #include <napi.h>
 

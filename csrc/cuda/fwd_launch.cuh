@@ -166,13 +166,17 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
   const int64_t grid = ta.ctas > 0 ? std::min<int64_t>(blocks, ta.ctas) : blocks;
-  // FA_FWD_PDL=1: launched with programmatic dependent launch, so that the block's launch and
-  // set-up (the mbarrier init) overlap the previous kernel's tail, the latency that a tiny call's
-  // GPU time mostly is (issue 10's per-call cost). The kernel then waits (pdl_wait, ta.pdl) before its
-  // first global access. Opt-in: on the H200 it saved 0.5-0.8 us of a host-bound tiny call and the
-  // GPU suite passed with it, but racecheck did not finish the smoke workload with it in 300 s
-  // (230 s without; NOTES-inference.md, ninth session).
-  static const bool pdl = env_flag("FA_FWD_PDL", 0) != 0;
+  // Programmatic dependent launch for calls whose tiles fit one wave (blocks <= the persistent
+  // grid): the block's launch and set-up (the mbarrier init) overlap the previous kernel's tail, the
+  // latency that a small call's GPU time mostly is (issue 10's per-call cost). The kernel then waits
+  // (pdl_wait, ta.pdl) before its first global access. Larger calls launch as before: their GPU time
+  // hides the launch, and every cell of the PERF.md grid is one of them. FA_FWD_PDL=1: always,
+  // FA_FWD_PDL=0: never (comparisons). H200 (NOTES-inference.md, thirteenth session): the tiny call
+  // back to back 6.8-8.9 us with it against 9.0-9.6 without (launcher thread on; GPU-bound there,
+  // 7.6-8.4 us of kernel per call); the GPU suite, memcheck and racecheck clean with PDL on every
+  // launch (racecheck had not finished the smoke workload with it in the ninth session).
+  static const int pdl_mode = env_int("FA_FWD_PDL", -1);
+  const bool want_pdl = pdl_mode > 0 || (pdl_mode < 0 && ta.ctas > 0 && blocks <= ta.ctas);
 #ifdef FA_WS_TRACE
   // (the instantiations of one translation unit share its buffer: cleared before each launch,
   // read right after the reported one)
@@ -180,7 +184,7 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   static std::atomic<int> launches{0};
   if (trace != nullptr) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
 #endif
-  ta.pdl = pdl && pdl_usable() ? 1 : 0;
+  ta.pdl = want_pdl && pdl_usable() ? 1 : 0;
   const cudaError_t err = launch_pdl_if(ta.pdl != 0, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
   if (err != cudaSuccess) return cuda_fail(err, "fwd launch (warp-specialised)");
 #ifdef FA_WS_TRACE

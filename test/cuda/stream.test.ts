@@ -278,4 +278,56 @@ describeGpu('CUDA stream-ordered execution', () => {
     for (const r of rs) disposeAll(r.out, r.lse);
     disposeAll(q);
   });
+
+  // The launcher thread (csrc/binding/context.h) issues queued launches in call order, interleaved
+  // with what the JS thread puts on the stream itself (uploads, host index arrays, reads, frees).
+  // The same mixed workload, in two processes, with launches on that thread and on the JS thread
+  // (FA_LAUNCH_THREAD=0), must leave the same bytes (every kernel here is deterministic).
+  it('launches through the launcher thread leave the same bytes as launches on the JS thread', () => {
+    const script = `
+      const fa = require(${JSON.stringify(path.resolve(__dirname, '../../dist/index.js'))});
+      let seed = 7;
+      const rand = (n) => { const a = new Float32Array(n); for (let i = 0; i < n; i++) { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; a[i] = seed / 2 ** 31 - 1; } return a; };
+      const dev = (shape) => fa.Tensor.from(rand(shape.reduce((x, y) => x * y, 1)), shape, { dtype: 'float16' }).to('cuda');
+      let hash = 2166136261;
+      const add = async (t) => { const b = new Uint8Array((await t.toTypedArray()).buffer); for (const x of b) hash = Math.imul(hash ^ x, 16777619) >>> 0; };
+      (async () => {
+        const keep = [];
+        let x = await dev([2, 200, 8, 64]);
+        const k = await dev([2, 200, 2, 64]), v = await dev([2, 200, 2, 64]);
+        for (let i = 0; i < 20; i++) {  // a chain, inputs disposed at once, an upload every 5th call
+          const r = await fa.flashAttention(x, k, v, { causal: i % 2 === 0, window: i % 3 === 0 ? [64, 0] : undefined });
+          if (i > 0) x.dispose();
+          r.lse.dispose();
+          x = r.out;
+          if (i % 5 === 4) keep.push(await dev([1, 64, 8, 64]));
+        }
+        const pages = 40, page = 16, B = 3, per = 12;
+        const kc = await dev([pages, page, 2, 64]), vc = await dev([pages, page, 2, 64]);
+        const table = Int32Array.from({ length: B * per }, (_, i) => (i * 7) % pages);
+        const newTok = [5, 0, 17];
+        const cuNew = Int32Array.from([0, 5, 5, 22]);
+        await fa.appendKV(kc, vc, await dev([22, 2, 64]), await dev([22, 2, 64]),
+          { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: Int32Array.from([100, 3, 150]) });
+        const seqlensK = Int32Array.from([105, 3, 167]);
+        const outs = [];
+        for (let i = 0; i < 4; i++) {  // decode with host index arrays (staged: the JS thread's own copy)
+          const r = await fa.pagedAttention(await dev([B, 8, 64]), kc, vc, { pageTable: table, seqlensK,
+            cuSeqlensQ: Int32Array.from([0, 1, 2, 3]), maxSeqlenQ: 1, maxSeqlenK: per * page, numSplits: 1 + (i % 3) });
+          outs.push(r);
+        }
+        const m = await fa.mergeAttention([outs[0].out, outs[1].out], [outs[0].lse, outs[1].lse]);
+        const g = await fa.flashAttentionBackward(x, x, k, v, x, await fa.Tensor.zeros([2, 8, 200], { device: 'cuda' }), { deterministic: true });
+        for (const t of [x, ...keep, kc, vc, m.out, m.lse, g.dq, g.dk, g.dv, ...outs.flatMap((r) => [r.out, r.lse])]) await add(t);
+        await fa.synchronize();
+        console.log('hash ' + hash);
+      })().catch((e) => console.log('failed: ' + e.message));`;
+    const run = (launcher: string) => spawnSync(process.execPath, ['-e', script], {
+      encoding: 'utf8', timeout: 120_000, env: { ...process.env, FA_LAUNCH_THREAD: launcher },
+    });
+    const on = run('1'), off = run('0');
+    expect(on.stdout.trim(), on.stderr).toMatch(/^hash \d+$/);
+    expect(off.stdout.trim(), off.stderr).toMatch(/^hash \d+$/);
+    expect(on.stdout.trim()).toBe(off.stdout.trim());
+  });
 });
