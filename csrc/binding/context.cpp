@@ -111,6 +111,7 @@ struct QueueProfile {
     const char* e = getenv("FA_PROFILE_HOST");
     return e != nullptr && e[0] == '1';
   }();
+  std::mutex mu;  // contexts of several devices / threads update these
   double wait_us = 0, run_us = 0, flush_us = 0, poll_us = 0;
   long launches = 0, by_js = 0, flushes = 0, reads = 0;
   ~QueueProfile() {
@@ -184,8 +185,36 @@ DeviceContext::DeviceContext(Napi::Env env, int device) : device_(device) {
   if (launcher_on_) launcher_ = std::thread([this] { LauncherLoop(); });
 }
 
+// Runs a launch closure; an exception escaping it (an allocation failure while building a message)
+// becomes its error, so that neither thread leaves the queue half-issued.
+std::string DeviceContext::Issue(const Launch& launch, int* code) {
+  try {
+    return launch(code);
+  } catch (const std::exception& e) {
+    *code = 0;
+    return std::string("internal: exception while issuing a launch: ") + e.what();
+  } catch (...) {
+    *code = 0;
+    return "internal: exception while issuing a launch";
+  }
+}
+
 std::string DeviceContext::Submit(Launch launch, bool call) {
   enqueues_.fetch_add(1, std::memory_order_relaxed);
+  // FA_TEST_FAIL_LAUNCH=n (tests): the n-th call's launch fails with a non-sticky CUDA error, to
+  // test how a failed launch is reported (at once here, at the next wait through the launcher).
+  static const long fail_at = [] {
+    const char* e = getenv("FA_TEST_FAIL_LAUNCH");
+    return e != nullptr ? atol(e) : 0L;
+  }();
+  if (call && fail_at > 0 && ++calls_submitted_ == fail_at) {
+    launch = [](int* code) -> std::string {
+#ifdef FA_WITH_CUDA
+      *code = static_cast<int>(cudaErrorInvalidValue);
+#endif
+      return "cudaErrorInvalidValue: launch failure injected by FA_TEST_FAIL_LAUNCH";
+    };
+  }
   // A call made while nothing is queued, right after the JS thread waited for the GPU or while the
   // launcher sleeps, finds the GPU idle: issuing it here reaches the GPU soonest (no hand-off, and
   // the driver's state stays in this core's cache); a call followed by a read at once (the round
@@ -195,8 +224,9 @@ std::string DeviceContext::Submit(Launch launch, bool call) {
   if (call && !here && !Pending() && (idle_hint_ || launcher_sleeping_.load(std::memory_order_relaxed))) here = true;
   if (call) idle_hint_ = false;
   if (here) {
+    MakeCurrent();
     int code = 0;
-    std::string err = launch(&code);
+    std::string err = Issue(launch, &code);
     if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
     if (launcher_on_ && launcher_sleeping_.load(std::memory_order_relaxed)) {
       { std::lock_guard<std::mutex> lock(sleep_mu_); wake_ = true; }
@@ -232,9 +262,10 @@ bool DeviceContext::RunOneLaunch() {
   Queued* l = ring_[h % kRing];
   int code = 0;
   const double t0 = g_qprof.on ? NowUs() : 0;
-  std::string err = l->fn(&code);
+  std::string err = Issue(l->fn, &code);
   if (g_qprof.on) {
     const double t1 = NowUs();
+    std::lock_guard<std::mutex> lock(g_qprof.mu);
     g_qprof.wait_us += t0 - l->submitted_us, g_qprof.run_us += t1 - t0, ++g_qprof.launches;
   }
   delete l;
@@ -250,11 +281,12 @@ void DeviceContext::Flush() {
   if (!Pending()) return;
   const double t0 = g_qprof.on ? NowUs() : 0;
   MakeCurrent();
-  RunLock();  // the launcher may be issuing one: at most one launch to wait for
+  RunLock();  // the launcher may be issuing: wait for what it has taken on
   const uint64_t before = head_.load(std::memory_order_relaxed);
   while (RunOneLaunch()) {
   }
   if (g_qprof.on) {
+    std::lock_guard<std::mutex> lock(g_qprof.mu);
     g_qprof.by_js += long(head_.load(std::memory_order_relaxed) - before), ++g_qprof.flushes;
     g_qprof.flush_us += NowUs() - t0;
   }
@@ -525,9 +557,12 @@ void DeviceContext::WhenReached(const std::string& what, Done done, Napi::Env en
   if (!Unusable().empty()) return done(env, Unusable());
   MakeCurrent();
   Flush();
-  {
-    const std::string failed = TakeLaunchError();
-    if (!failed.empty()) return done(env, failed);
+  // A failed queued launch is reported once the GPU has reached this point like any other wait:
+  // the caller may have queued work (a copy into a staging buffer) that must be done first.
+  const std::string failed = TakeLaunchError();
+  if (!failed.empty()) {
+    Done inner = std::move(done);
+    done = [inner, failed](Napi::Env e2, const std::string& r) { inner(e2, r.empty() ? failed : r); };
   }
   idle_hint_ = true;  // the GPU will be idle when this wait ends (see Submit)
   const double tp = g_qprof.on ? NowUs() : 0;
@@ -554,7 +589,10 @@ void DeviceContext::WhenReached(const std::string& what, Done done, Napi::Env en
     __builtin_ia32_pause();
 #endif
   }
-  if (g_qprof.on) g_qprof.poll_us += NowUs() - tp, ++g_qprof.reads;
+  if (g_qprof.on) {
+    std::lock_guard<std::mutex> lock(g_qprof.mu);
+    g_qprof.poll_us += NowUs() - tp, ++g_qprof.reads;
+  }
   if (e != cudaErrorNotReady) {
     if (e == cudaSuccess && wait_events_.size() < 8) wait_events_.push_back(ev);
     else cudaEventDestroy(ev);

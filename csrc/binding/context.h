@@ -31,9 +31,10 @@
 // (over kPinnedMax bytes) also run on the waiter thread, against a second stream ordered by events,
 // so the JS thread never copies or waits on them.
 //
-// Errors: a call that fails to enqueue (bad configuration, out of memory after the pool was trimmed
-// and the allocation retried) throws at once, with the CUDA error name, and leaves the context
-// usable. A failure inside queued work (a kernel fault) is reported by the next event that covers
+// Errors: a call whose outputs cannot be allocated (out of memory after the pool was trimmed and
+// the allocation retried) throws at once, with the CUDA error name, and leaves the context usable;
+// so does a launch issued on the JS thread that fails. A launch that fails on the launcher thread
+// (its scratch allocation, a bad configuration) is reported at the next synchronize() or host read. A failure inside queued work (a kernel fault) is reported by the next event that covers
 // it, i.e. at the next synchronize() or host read; CUDA makes such errors sticky, so the context
 // then records it and every later call on the device rejects with it.
 #pragma once
@@ -172,8 +173,8 @@ class DeviceContext {
   // Pool figures: bytes in use, bytes reserved from the driver, peak in use.
   void MemoryStats(double* allocated, double* reserved, double* peak);
   void ResetPeak();
-  // Returns the pool's unused memory to the driver (call once the stream is drained) and frees
-  // the pinned staging buffers not in use. Thread-safe (runs on the waiter thread).
+  // Returns the pool's unused memory to the driver (call once the stream is drained). Thread-safe
+  // (runs on the waiter thread, and on the launcher thread in a launch's out-of-memory retry).
   std::string Trim();
   // Frees the page-locked staging buffers not in use (JS thread).
   void FreePinnedCache();
@@ -188,6 +189,7 @@ class DeviceContext {
   DeviceContext(Napi::Env env, int device);
   void WaiterLoop();
   void LauncherLoop();
+  std::string Issue(const Launch& launch, int* code);
   // Runs the oldest queued launch; false when the queue is empty. Caller holds the run lock.
   bool RunOneLaunch();
   void LinkAlloc(DevAlloc* a);
@@ -249,7 +251,8 @@ class DeviceContext {
   std::atomic<bool> launcher_sleeping_{false};
   std::atomic<bool> launcher_stop_{false};
   bool wake_ = false;         // guarded by sleep_mu_: wakes the launcher with nothing queued
-  bool idle_hint_ = false;   // JS thread: a wait for the GPU ended and no call was made since
+  bool idle_hint_ = false;
+  long calls_submitted_ = 0;  // JS thread (FA_TEST_FAIL_LAUNCH)   // JS thread: a wait for the GPU ended and no call was made since
   std::vector<void*> wait_events_;  // JS thread: cudaEvent_t of WhenReached, for reuse
   std::mutex sleep_mu_;
   std::condition_variable sleep_cv_;

@@ -804,6 +804,7 @@ Napi::Value Bench(const Napi::CallbackInfo& info) {
     Napi::Array outs = CudaCallOp(info, op, c).As<Napi::Array>();
     for (uint32_t i = 0; i < outs.Length(); ++i) DeviceContext::Release(env, DeviceContext::Unwrap(env, outs.Get(i)));
   };
+  ctx->MakeCurrent();
   for (int i = 0; i < warmup; ++i) run_once();
   auto events = std::make_shared<std::vector<cudaEvent_t>>(2 * reps, nullptr);
   for (auto& e : *events) {

@@ -203,7 +203,16 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
     }, env);
     return deferred->Promise();
   }
-  // Large: snapshot on the device, then the waiter copies the snapshot out.
+  // Large: snapshot on the device, then the waiter copies the snapshot out. A launch that failed on
+  // the launcher thread is reported here (the small path reports it through WhenReached).
+  {
+    const std::string failed = ctx->TakeLaunchError();
+    if (!failed.empty()) {
+      keep->Reset();
+      deferred->Reject(Napi::Error::New(env, failed).Value());
+      return deferred->Promise();
+    }
+  }
   void* snap = nullptr;
   std::string e = ctx->Alloc(h.bytes, &snap, /*cacheable=*/false);  // freed on the copy stream
   if (!e.empty()) {

@@ -330,4 +330,38 @@ describeGpu('CUDA stream-ordered execution', () => {
     expect(off.stdout.trim(), off.stderr).toMatch(/^hash \d+$/);
     expect(on.stdout.trim()).toBe(off.stdout.trim());
   });
+
+  // A launch that fails (here injected: FA_TEST_FAIL_LAUNCH=3 fails the third call's launch with a
+  // non-sticky CUDA error) is reported with the CUDA error name: at once when the call issued it on
+  // the JS thread, else at the next wait; either way once, and the device stays usable.
+  it('a failed launch is reported once, with the CUDA error name, and the next calls work', () => {
+    const script = `
+      const fa = require(${JSON.stringify(path.resolve(__dirname, '../../dist/index.js'))});
+      (async () => {
+        const x = await fa.Tensor.from(Float32Array.from({ length: 128 * 4 * 64 }, (_, i) => Math.sin(i)), [1, 128, 4, 64], { dtype: 'float16' }).to('cuda');
+        const r1 = await fa.flashAttention(x, x, x);
+        const r2 = await fa.flashAttention(x, x, x, { causal: true });
+        const seen = [];
+        try { await fa.flashAttention(x, x, x); seen.push('queued'); } catch (e) { seen.push('threw ' + e.message); }
+        try { await fa.synchronize(); seen.push('sync ok'); } catch (e) { seen.push('sync failed ' + e.message); }
+        try { await fa.synchronize(); seen.push('sync ok'); } catch (e) { seen.push('sync failed ' + e.message); }
+        const r4 = await fa.flashAttention(x, x, x);
+        const a = await r4.lse.toFloat32Array(), b = await r1.lse.toFloat32Array();
+        seen.push(a.length > 0 && a.every((v, i) => v === b[i]) ? 'after same' : 'after differ');
+        console.log(JSON.stringify(seen));
+      })().catch((e) => console.log(JSON.stringify(['failed ' + e.message])));`;
+    const run = (launcher: string) => {
+      const r = spawnSync(process.execPath, ['-e', script], {
+        encoding: 'utf8', timeout: 120_000, env: { ...process.env, FA_LAUNCH_THREAD: launcher, FA_TEST_FAIL_LAUNCH: '3' },
+      });
+      expect(r.stdout.trim(), r.stderr).toMatch(/^\[/);
+      return JSON.parse(r.stdout.trim()) as string[];
+    };
+    const atOnce = ['threw flashAttention: cudaErrorInvalidValue', 'sync ok', 'sync ok', 'after same'];
+    const atWait = ['queued', 'sync failed synchronize: cudaErrorInvalidValue', 'sync ok', 'after same'];
+    const shape = (seen: string[]) => seen.map((x) => x.replace(/(cudaErrorInvalidValue).*$/, '$1'));
+    expect(shape(run('0'))).toEqual(atOnce);
+    // Through the launcher the third call is queued, unless it found the GPU idle and issued it itself.
+    expect([atOnce, atWait]).toContainEqual(shape(run('1')));
+  });
 });
