@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|combine-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -103,6 +103,18 @@ for s in $steps; do
           head -12 "$OUT/nsys-percall-pdl$pdl.csv"
         done
       fi ;;
+    combine-ab)
+      # The split combine with a warp per row and early partial loads (FA_DECODE_COMBINE=warp)
+      # against the default, decode cells back to back, two rounds in turns; then the inference
+      # tests with it.
+      cells=${COMBINE_CELLS:-1x4096x16,1x16384x16,1x65536x16,16x4096x16,16x16384x16,1x16384x1}
+      for i in 1 2; do for v in default warp; do
+        echo "-- FA_DECODE_COMBINE=$v ($i)"
+        FA_DECODE_COMBINE=$v timeout 120 node dist/bench/cli.js --grid off --decode --decode-cells "$cells" --api-ms 30 \
+          --out /tmp/cab > /dev/null 2>&1; grep "^| B" /tmp/cab/table.md
+      done; done | tee "$OUT/combine-ab.log"
+      FA_DECODE_COMBINE=warp FA_REQUIRE_GPU=1 timeout 200 npx vitest run test/cuda/inference.test.ts > "$OUT/combine-tests.log" 2>&1 || rc=1
+      grep -aE "Tests |FAIL" "$OUT/combine-tests.log" | head ;;
     trace)
       # Issue 12's per-tile cost: needs an addon built with FA_TRACE=1 (FA_CUDA_ARCHS=90a
       # FA_HEAD_DIMS=64,128,256 FA_TRACE=1 npm run build:native). One cell per process; a split

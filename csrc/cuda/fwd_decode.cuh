@@ -121,6 +121,90 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
   const int group = a.group;
   const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;
   float* const wt = reinterpret_cast<float*>(smem);  // [rows][ns] weights (the merge area is done)
+  if (d.combine_warp) {
+    // The weights of row r come from warp r % kWarps, lane sp holding split sp's lse (ns <= 32):
+    // max and sum by shuffles instead of one thread looping over the splits three times. Each
+    // thread's first item requests its first kPre partial rows before that, so their round trip
+    // overlaps the lse loads' (the weights are only needed to add them up).
+    // (run_fwd_decode caps the splits at kMaxCombine = 32: a lane per split.)
+    static_assert(kDecodeRows % Tr::kWarps == 0, "rows spread evenly over the warps");
+    constexpr int kGroups = W / 4, kPre = 8, kRowsPerWarp = kDecodeRows / Tr::kWarps;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int64_t split_stride = P * a.heads * W;
+    auto item_ptr = [&](int idx, int* r_out, int* c_out) -> const float* {
+      const int r = idx / kGroups, c = (idx % kGroups) * 4;
+      *r_out = r, *c_out = c;
+      const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
+      return d.partial_o + (prow * a.heads + hk * group + r % group) * W + c;
+    };
+    int r0 = 0, c0 = 0;
+    const bool has0 = tid < rows * kGroups;
+    const float* po0 = has0 ? item_ptr(tid, &r0, &c0) : nullptr;
+    float4 pre[kPre];
+#pragma unroll
+    for (int sp = 0; sp < kPre; ++sp)
+      pre[sp] = has0 && sp < ns && c0 < a.head_dim ? __ldcg(reinterpret_cast<const float4*>(po0 + sp * split_stride))
+                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+    float lv[kRowsPerWarp];
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+      const int r = warp + k * Tr::kWarps;
+      lv[k] = -INFINITY;
+      if (r < rows && lane < ns) {
+        const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
+        const float l = __ldcg(d.partial_lse + (lane * a.heads + hk * group + r % group) * P + prow);
+        lv[k] = l < INFINITY ? l : -INFINITY;  // +inf: saw no key
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+      const int r = warp + k * Tr::kWarps;
+      if (r >= rows) break;  // warp-uniform
+      float m = lv[k];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      const float e = m == -INFINITY || lv[k] == -INFINITY ? 0.f : expf(lv[k] - m);
+      float sum = e;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane < ns) wt[r * ns + lane] = sum > 0.f ? e / sum : 0.f;
+      if (lane == 0) {
+        a.lse[(hk * group + r % group) * a.lse_head + seq.q_row0 + r / group] = sum > 0.f ? m + logf(sum) : INFINITY;
+      }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
+      int r = 0, c = 0;
+      const float* po = item_ptr(idx, &r, &c);
+      if (c >= a.head_dim) continue;
+      const float* w = wt + r * ns;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      int sp = 0;
+      if (idx == tid) {  // the first item: its first kPre splits are in pre[]
+#pragma unroll
+        for (int k = 0; k < kPre; ++k) {
+          if (k < ns) {
+            const float f = w[k];
+            acc.x = fmaf(f, pre[k].x, acc.x), acc.y = fmaf(f, pre[k].y, acc.y), acc.z = fmaf(f, pre[k].z, acc.z), acc.w = fmaf(f, pre[k].w, acc.w);
+          }
+        }
+        sp = kPre;
+      }
+#pragma unroll 8
+      for (; sp < ns; ++sp) {
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * split_stride));
+        const float f = w[sp];
+        acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+      }
+      const int i = r / group, h = hk * group + r % group;
+      char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
+      uint2 v;
+      v.x = pack2<T>(acc.x, acc.y);
+      v.y = pack2<T>(acc.z, acc.w);
+      *reinterpret_cast<uint2*>(dst) = v;
+    }
+    return;
+  }
   for (int idx = tid; idx < rows * ns; idx += Tr::kThreads) {
     const int r = idx / ns, sp = idx % ns;
     const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
