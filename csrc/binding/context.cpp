@@ -621,7 +621,8 @@ Pinned* DeviceContext::TakePinned(size_t bytes) {
 #ifdef FA_WITH_CUDA
   if (bytes > kPinnedMax) return nullptr;
   // Uploads whose copies have completed free their buffers (oldest first).
-  while (!pinned_busy_.empty() && cudaEventQuery(static_cast<cudaEvent_t>(pinned_busy_.front()->event)) != cudaErrorNotReady) {
+  while (!pinned_busy_.empty() && pinned_busy_.front()->recorded.load(std::memory_order_acquire) &&
+         cudaEventQuery(static_cast<cudaEvent_t>(pinned_busy_.front()->event)) != cudaErrorNotReady) {
     Pinned* p = pinned_busy_.front();
     pinned_busy_.pop_front();
     pinned_free_[p->cls].push_back(p);
@@ -662,6 +663,12 @@ Pinned* DeviceContext::TakePinned(size_t bytes) {
 
 void DeviceContext::ReturnPinned(Pinned* p) {
   if (p) pinned_free_[p->cls].push_back(p);
+}
+
+void DeviceContext::RetirePinnedQueued(Pinned* p) {
+  if (p == nullptr) return;
+  p->recorded.store(false, std::memory_order_relaxed);
+  pinned_busy_.push_back(p);
 }
 
 void DeviceContext::RetirePinned(Pinned* p) {

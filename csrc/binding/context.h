@@ -75,6 +75,9 @@ struct Pinned {
   size_t bytes = 0;  // capacity (a power of two)
   void* event = nullptr;  // cudaEvent_t: recorded after the upload that reads it
   int cls = 0;
+  // False while a queued launch is still to issue the copy that reads this buffer and record its
+  // event (RetirePinnedQueued); set by whichever thread issues it.
+  std::atomic<bool> recorded{true};
 };
 
 class DeviceContext {
@@ -169,6 +172,9 @@ class DeviceContext {
   Pinned* TakePinned(size_t bytes);  // nullptr when none can be had (caller takes the large path)
   void ReturnPinned(Pinned* p);      // free for reuse now
   void RetirePinned(Pinned* p);      // reusable once its recorded event completes
+  // Reusable once a queued launch has issued the copy that reads it, recorded its event
+  // (p->recorded) and that event completed.
+  void RetirePinnedQueued(Pinned* p);
 
   // Pool figures: bytes in use, bytes reserved from the driver, peak in use.
   void MemoryStats(double* allocated, double* reserved, double* peak);

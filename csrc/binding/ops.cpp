@@ -417,9 +417,41 @@ struct CudaCall {
   }
 };
 
+// A host-to-device copy out of a page-locked staging buffer, issued by whichever thread issues the
+// launch that follows it (its closure calls Issue first), so that host index arrays do not make the
+// JS thread flush the launch queue.
+struct HostCopy {
+  void* dst = nullptr;
+  Pinned* pin = nullptr;
+  size_t bytes = 0;
+  // The copy and the staging buffer's event (the buffer is reused once it completes). Returns the
+  // error message ("" on success) and, in *code, the CUDA error.
+  std::string Issue(cudaStream_t s, int* code) const {
+    if (pin == nullptr) return "";
+    cudaError_t e = cudaMemcpyAsync(dst, pin->ptr, bytes, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaEventRecord(static_cast<cudaEvent_t>(pin->event), s);
+    pin->recorded.store(true, std::memory_order_release);
+    if (e == cudaSuccess) return "";
+    cudaGetLastError();
+    *code = static_cast<int>(e);
+    return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " (copying index arrays)";
+  }
+};
+
 // Index arrays of a CUDA call: device handles are used as they are; host Int32Arrays are copied,
-// all of them in one staging buffer and one host-to-device copy.
+// all of them in one staging buffer and one host-to-device copy, issued with the call's launch.
 struct IndexStaging {
+  HostCopy copy;         // the staged copy, for the call's launch closure (Taken())
+  bool taken = false;
+  ~IndexStaging() {
+    // A call that failed before its launch was queued: nothing will issue the copy.
+    if (copy.pin != nullptr && !taken) copy.pin->recorded.store(true, std::memory_order_release);
+  }
+  // The copy, handed to the launch closure that issues it.
+  HostCopy Taken() {
+    taken = true;
+    return copy;
+  }
   struct Entry {
     Slot slot;
     const void* host;
@@ -448,7 +480,6 @@ struct IndexStaging {
     for (auto& e : host) total += (e.bytes + 15) / 16 * 16;
     char* dev = static_cast<char*>(cc.Alloc(total, "index arrays"));
     cc.temps.push_back(dev);
-    cudaStream_t s = static_cast<cudaStream_t>(cc.ctx->stream());
     Pinned* pin = cc.ctx->TakePinned(total);
     size_t off = 0;
     if (pin != nullptr) {
@@ -457,10 +488,10 @@ struct IndexStaging {
         *e.dst = reinterpret_cast<const int32_t*>(dev + off);
         off += (e.bytes + 15) / 16 * 16;
       }
-      cudaError_t err = cudaMemcpyAsync(dev, pin->ptr, total, cudaMemcpyHostToDevice, s);
-      cc.ctx->RetirePinned(pin);
-      if (err != cudaSuccess) cc.Fail(cc.ctx->Error(err, "copying index arrays"));
+      copy = HostCopy{dev, pin, total};
+      cc.ctx->RetirePinnedQueued(pin);
     } else {  // over the staging limit: one synchronous copy each (rare: megabytes of indices)
+      cudaStream_t s = static_cast<cudaStream_t>(cc.ctx->stream());
       for (auto& e : host) {
         *e.dst = reinterpret_cast<const int32_t*>(dev + off);
         cudaError_t err = cudaMemcpyAsync(dev + off, e.host, e.bytes, cudaMemcpyHostToDevice, s);
@@ -592,10 +623,14 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       r.rotary = RotaryOf(c, cos, sin);
       p.q = r.out;
     }
-    if (op == FA_OP_paged) p.decode_early_kv = EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
+    // (Not with index arrays staged from the host: their copy would sit between the two kernels.)
+    if (op == FA_OP_paged)
+      p.decode_early_kv = idx.copy.pin == nullptr && EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
     const double t1 = g_prof.on ? NowUs() : 0;
     const bool rotate = cos != nullptr;
-    err = ctx->Submit([ctx, p, r, rotate, stream](int* code) {
+    err = ctx->Submit([ctx, p, r, rotate, stream, hc = idx.Taken()](int* code) {
+      std::string e = hc.Issue(stream, code);
+      if (!e.empty()) return e;
       fa_status st = rotate ? fa_rotary_cuda(&r, stream) : FA_OK;
       if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
       return LaunchError(st, code);
@@ -648,7 +683,10 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       p.workspace = cc.Alloc(ws, "backward workspace");
       cc.temps.push_back(p.workspace);
     }
-    err = ctx->Submit([p, stream](int* code) { return LaunchError(fa_bwd_cuda(&p, stream), code); });
+    err = ctx->Submit([p, stream, hc = idx.Taken()](int* code) {
+      std::string e = hc.Issue(stream, code);
+      return e.empty() ? LaunchError(fa_bwd_cuda(&p, stream), code) : e;
+    });
   } else if (op == FA_OP_append_kv) {
     fa_append_kv_params p{};
     FillAppendKv(p, c);
@@ -664,7 +702,10 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
                           static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot)));
     }
     idx.Upload(cc);
-    err = ctx->Submit([p, stream](int* code) { return LaunchError(fa_append_kv_cuda(&p, stream), code); });
+    err = ctx->Submit([p, stream, hc = idx.Taken()](int* code) {
+      std::string e = hc.Issue(stream, code);
+      return e.empty() ? LaunchError(fa_append_kv_cuda(&p, stream), code) : e;
+    });
   } else {
     throw Internal(env, "unknown op " + std::to_string(op));
   }
