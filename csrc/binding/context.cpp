@@ -208,7 +208,9 @@ std::string DeviceContext::Submit(Launch launch, bool call) {
     return e != nullptr ? atol(e) : 0L;
   }();
   if (call && fail_at > 0 && ++calls_submitted_ == fail_at) {
-    launch = [](int* code) -> std::string {
+    // (the launch itself still runs: what it owns, such as a staged copy, is issued as usual)
+    launch = [inner = std::move(launch)](int* code) -> std::string {
+      (void)inner(code);
 #ifdef FA_WITH_CUDA
       *code = static_cast<int>(cudaErrorInvalidValue);
 #endif

@@ -441,16 +441,11 @@ struct HostCopy {
 // Index arrays of a CUDA call: device handles are used as they are; host Int32Arrays are copied,
 // all of them in one staging buffer and one host-to-device copy, issued with the call's launch.
 struct IndexStaging {
-  HostCopy copy;         // the staged copy, for the call's launch closure (Taken())
-  bool taken = false;
+  HostCopy copy;         // the staged copy, for the call's launch closure
+  bool taken = false;    // set once Submit accepted that closure (it then issues the copy)
   ~IndexStaging() {
     // A call that failed before its launch was queued: nothing will issue the copy.
     if (copy.pin != nullptr && !taken) copy.pin->recorded.store(true, std::memory_order_release);
-  }
-  // The copy, handed to the launch closure that issues it.
-  HostCopy Taken() {
-    taken = true;
-    return copy;
   }
   struct Entry {
     Slot slot;
@@ -623,18 +618,17 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       r.rotary = RotaryOf(c, cos, sin);
       p.q = r.out;
     }
-    // (Not with index arrays staged from the host: their copy would sit between the two kernels.)
-    if (op == FA_OP_paged)
-      p.decode_early_kv = idx.copy.pin == nullptr && EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
+    if (op == FA_OP_paged) p.decode_early_kv = EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
     const double t1 = g_prof.on ? NowUs() : 0;
     const bool rotate = cos != nullptr;
-    err = ctx->Submit([ctx, p, r, rotate, stream, hc = idx.Taken()](int* code) {
+    err = ctx->Submit([ctx, p, r, rotate, stream, hc = idx.copy](int* code) {
       std::string e = hc.Issue(stream, code);
       if (!e.empty()) return e;
       fa_status st = rotate ? fa_rotary_cuda(&r, stream) : FA_OK;
       if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
       return LaunchError(st, code);
     });
+    idx.taken = true;
     if (err.empty()) {  // what this call's kernels write, for the next paged call's EarlyKvSafe
       DeviceContext::LastWrites& w = ctx->last_attention;
       w.lo[0] = reinterpret_cast<uintptr_t>(p.o), w.hi[0] = w.lo[0] + z.q;
@@ -683,10 +677,11 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       p.workspace = cc.Alloc(ws, "backward workspace");
       cc.temps.push_back(p.workspace);
     }
-    err = ctx->Submit([p, stream, hc = idx.Taken()](int* code) {
+    err = ctx->Submit([p, stream, hc = idx.copy](int* code) {
       std::string e = hc.Issue(stream, code);
       return e.empty() ? LaunchError(fa_bwd_cuda(&p, stream), code) : e;
     });
+    idx.taken = true;
   } else if (op == FA_OP_append_kv) {
     fa_append_kv_params p{};
     FillAppendKv(p, c);
@@ -702,10 +697,11 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
                           static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot)));
     }
     idx.Upload(cc);
-    err = ctx->Submit([p, stream, hc = idx.Taken()](int* code) {
+    err = ctx->Submit([p, stream, hc = idx.copy](int* code) {
       std::string e = hc.Issue(stream, code);
       return e.empty() ? LaunchError(fa_append_kv_cuda(&p, stream), code) : e;
     });
+    idx.taken = true;
   } else {
     throw Internal(env, "unknown op " + std::to_string(op));
   }
