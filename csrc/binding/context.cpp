@@ -123,11 +123,12 @@ struct QueueProfile {
   }
 };
 QueueProfile g_qprof;
+
+}  // namespace
+
 double NowUs() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-}  // namespace
 
 DeviceContext* DeviceContext::Find(Napi::Env env, int device) {
   EnvContexts* e = ContextsFor(env, false);
@@ -230,10 +231,7 @@ std::string DeviceContext::Submit(Launch launch, bool call) {
     int code = 0;
     std::string err = Issue(launch, &code);
     if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
-    if (launcher_on_ && launcher_sleeping_.load(std::memory_order_relaxed)) {
-      { std::lock_guard<std::mutex> lock(sleep_mu_); wake_ = true; }
-      sleep_cv_.notify_one();
-    }
+    if (launcher_on_ && launcher_sleeping_.load(std::memory_order_relaxed)) WakeLauncher(true);
     return err;
   }
   const uint64_t t = tail_.load(std::memory_order_relaxed);
@@ -243,11 +241,16 @@ std::string DeviceContext::Submit(Launch launch, bool call) {
   // Pairs with the launcher's store to launcher_sleeping_ and its check of the queue after it: one
   // of the two sees the other's store.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (launcher_sleeping_.load(std::memory_order_relaxed)) {
-    { std::lock_guard<std::mutex> lock(sleep_mu_); }
-    sleep_cv_.notify_one();
-  }
+  if (launcher_sleeping_.load(std::memory_order_relaxed)) WakeLauncher(false);
   return "";
+}
+
+void DeviceContext::WakeLauncher(bool nothing_queued) {
+  {
+    std::lock_guard<std::mutex> lock(sleep_mu_);  // (the launcher is past its check or waiting)
+    if (nothing_queued) wake_ = true;
+  }
+  sleep_cv_.notify_one();
 }
 
 void DeviceContext::RunLock() {
@@ -424,16 +427,12 @@ void DeviceContext::FreeAsync(void* ptr) {
     return;
   }
   if (it != sizes_.end()) sizes_.erase(it);
-  if (launcher_on_) {  // behind the queued launches that may still use the block
-    cudaStream_t s = static_cast<cudaStream_t>(stream_);
-    Submit([ptr, s](int*) -> std::string {
-      if (cudaFreeAsync(ptr, s) != cudaSuccess) cudaGetLastError();
-      return "";
-    }, /*call=*/false);
-    return;
-  }
-  MakeCurrent();
-  if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream_)) != cudaSuccess) cudaGetLastError();
+  // Behind the queued launches that may still use the block (at once with the launcher off).
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  Submit([ptr, s](int*) -> std::string {
+    if (cudaFreeAsync(ptr, s) != cudaSuccess) cudaGetLastError();
+    return "";
+  }, /*call=*/false);
 #else
   (void)ptr;
 #endif
@@ -735,10 +734,7 @@ void DeviceContext::Shutdown() {
   if (shut_down_) return;
   if (launcher_.joinable()) {  // issues what is queued, then stops
     launcher_stop_.store(true);
-    {
-      std::lock_guard<std::mutex> lock(sleep_mu_);
-    }
-    sleep_cv_.notify_all();
+    WakeLauncher(false);
     launcher_.join();
     Flush();
     launcher_on_ = false;

@@ -57,6 +57,9 @@ namespace fab {
 // CUDA devices visible to this process (read once; 0 without CUDA or without a driver).
 int DeviceCount();
 
+// Steady-clock microseconds (the FA_PROFILE_HOST profiles).
+double NowUs();
+
 class DeviceContext;
 
 // One device allocation behind a JS handle (a type-tagged napi External). Freed by free() from JS,
@@ -196,6 +199,8 @@ class DeviceContext {
   void WaiterLoop();
   void LauncherLoop();
   std::string Issue(const Launch& launch, int* code);
+  // Wakes the sleeping launcher; `nothing_queued`: for calls to come (it spins again).
+  void WakeLauncher(bool nothing_queued);
   // Runs the oldest queued launch; false when the queue is empty. Caller holds the run lock.
   bool RunOneLaunch();
   void LinkAlloc(DevAlloc* a);

@@ -61,9 +61,6 @@ struct HostProfile {
   }
 };
 HostProfile g_prof;
-inline double NowUs() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 size_t ElemSize(int dtype) { return dtype == FA_FLOAT32 ? 4 : 2; }
 
