@@ -10,8 +10,8 @@
 // CUDA: the outputs (slots that were null) are allocated here and returned as handles at once; the
 // core call is submitted to the device's launch queue (context.h: the launcher thread issues it in
 // call order, or this thread when the GPU is idle); a failed allocation throws with the CUDA error
-// name, a failed launch surfaces at the next wait (at once with FA_LAUNCH_THREAD=0). Host Int32Array index arrays of a CUDA call
-// are staged into one device buffer with one copy.
+// name, a failed launch surfaces at the next wait (at once with FA_LAUNCH_THREAD=0). Host Int32Array
+// index arrays of a CUDA call are staged into one device buffer with one copy, issued with the launch.
 #include <napi.h>
 
 #include <algorithm>
