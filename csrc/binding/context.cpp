@@ -105,7 +105,7 @@ int PinnedClass(size_t bytes) {
 constexpr size_t kPinnedCap = size_t(128) << 20;  // page-locked staging per context, at most
 
 // FA_PROFILE_HOST=1 (development): where a queued launch and a host read spend their time; printed
-// at exit. Launch figures are updated under the run lock, read figures on the JS thread.
+// at exit (each context's queue figures added at its shutdown).
 struct QueueProfile {
   bool on = [] {
     const char* e = getenv("FA_PROFILE_HOST");
@@ -114,6 +114,11 @@ struct QueueProfile {
   std::mutex mu;  // contexts of several devices / threads update these
   double wait_us = 0, run_us = 0, flush_us = 0, poll_us = 0;
   long launches = 0, by_js = 0, flushes = 0, reads = 0;
+  void Add(const LaunchQueue::Stats& q) {
+    std::lock_guard<std::mutex> lock(mu);
+    wait_us += q.wait_us, run_us += q.run_us, flush_us += q.flush_us;
+    launches += q.launches, by_js += q.by_flush, flushes += q.flushes;
+  }
   ~QueueProfile() {
     if (!on || launches + reads == 0) return;
     fprintf(stderr, "flash-attention-node queue profile: %ld launches (%ld issued by the JS thread), %.2f us queued, %.2f us issuing each; "
@@ -126,9 +131,7 @@ QueueProfile g_qprof;
 
 }  // namespace
 
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double NowUs() { return LaunchQueue::NowUs(); }
 
 DeviceContext* DeviceContext::Find(Napi::Env env, int device) {
   EnvContexts* e = ContextsFor(env, false);
@@ -181,22 +184,13 @@ DeviceContext::DeviceContext(Napi::Env env, int device) : device_(device) {
   tsfn_.Unref(env);
   waiter_ = std::thread([this] { WaiterLoop(); });
   const char* lt = getenv("FA_LAUNCH_THREAD");
-  launcher_on_ = !(lt != nullptr && lt[0] == '0');
-  if (const char* sp = getenv("FA_LAUNCH_SPIN_US")) launch_spin_us_ = atoi(sp);  // comparisons
-  if (launcher_on_) launcher_ = std::thread([this] { LauncherLoop(); });
-}
-
-// Runs a launch closure; an exception escaping it (an allocation failure while building a message)
-// becomes its error, so that neither thread leaves the queue half-issued.
-std::string DeviceContext::Issue(const Launch& launch, int* code) {
-  try {
-    return launch(code);
-  } catch (const std::exception& e) {
-    *code = 0;
-    return std::string("internal: exception while issuing a launch: ") + e.what();
-  } catch (...) {
-    *code = 0;
-    return "internal: exception while issuing a launch";
+  if (!(lt != nullptr && lt[0] == '0')) {
+    const char* sp = getenv("FA_LAUNCH_SPIN_US");  // comparisons
+    queue_ = std::make_unique<LaunchQueue>(sp != nullptr ? atoi(sp) : kLaunchSpinMicros, [device] {
+#ifdef FA_WITH_CUDA
+      cudaSetDevice(device);
+#endif
+    }, g_qprof.on);
   }
 }
 
@@ -223,123 +217,32 @@ std::string DeviceContext::Submit(Launch launch, bool call) {
   // the driver's state stays in this core's cache); a call followed by a read at once (the round
   // trip) measured 32-38 us through the launcher against 28-29 us issued here. Calls that follow it
   // before the next wait go to the launcher, which is woken for them.
-  bool here = !launcher_on_;
-  if (call && !here && !Pending() && (idle_hint_ || launcher_sleeping_.load(std::memory_order_relaxed))) here = true;
+  const bool here = queue_ == nullptr || (call && !queue_->Pending() && (idle_hint_ || queue_->Sleeping()));
   if (call) idle_hint_ = false;
-  if (here) {
-    MakeCurrent();
-    int code = 0;
-    std::string err = Issue(launch, &code);
-    if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
-    if (launcher_on_ && launcher_sleeping_.load(std::memory_order_relaxed)) WakeLauncher(true);
-    return err;
+  if (!here) {
+    queue_->Push(std::move(launch));
+    return "";
   }
-  const uint64_t t = tail_.load(std::memory_order_relaxed);
-  if (t - head_.load(std::memory_order_acquire) >= kRing) Flush();  // full: issue them here
-  ring_[t % kRing] = new Queued{std::move(launch), g_qprof.on ? NowUs() : 0.0};
-  tail_.store(t + 1, std::memory_order_release);
-  // Pairs with the launcher's store to launcher_sleeping_ and its check of the queue after it: one
-  // of the two sees the other's store.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (launcher_sleeping_.load(std::memory_order_relaxed)) WakeLauncher(false);
-  return "";
-}
-
-void DeviceContext::WakeLauncher(bool nothing_queued) {
-  {
-    std::lock_guard<std::mutex> lock(sleep_mu_);  // (the launcher is past its check or waiting)
-    if (nothing_queued) wake_ = true;
-  }
-  sleep_cv_.notify_one();
-}
-
-void DeviceContext::RunLock() {
-  while (!RunLockTry()) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-}
-
-bool DeviceContext::RunOneLaunch() {
-  const uint64_t h = head_.load(std::memory_order_relaxed);
-  if (h == tail_.load(std::memory_order_acquire)) return false;
-  Queued* l = ring_[h % kRing];
-  int code = 0;
-  const double t0 = g_qprof.on ? NowUs() : 0;
-  std::string err = Issue(l->fn, &code);
-  if (g_qprof.on) {
-    const double t1 = NowUs();
-    std::lock_guard<std::mutex> lock(g_qprof.mu);
-    g_qprof.wait_us += t0 - l->submitted_us, g_qprof.run_us += t1 - t0, ++g_qprof.launches;
-  }
-  delete l;
-  if (!err.empty() && launch_error_.empty()) {
-    launch_error_ = std::move(err);
-    launch_error_code_ = code;
-  }
-  head_.store(h + 1, std::memory_order_release);
-  return true;
-}
-
-void DeviceContext::Flush() {
-  if (!Pending()) return;
-  const double t0 = g_qprof.on ? NowUs() : 0;
   MakeCurrent();
-  RunLock();  // the launcher may be issuing: wait for what it has taken on
-  const uint64_t before = head_.load(std::memory_order_relaxed);
-  while (RunOneLaunch()) {
-  }
-  if (g_qprof.on) {
-    std::lock_guard<std::mutex> lock(g_qprof.mu);
-    g_qprof.by_js += long(head_.load(std::memory_order_relaxed) - before), ++g_qprof.flushes;
-    g_qprof.flush_us += NowUs() - t0;
-  }
-  RunUnlock();
-}
-
-std::string DeviceContext::TakeLaunchError() {
-  if (!launcher_on_) return "";
-  std::string err;
   int code = 0;
-  RunLock();
-  err.swap(launch_error_);
-  code = launch_error_code_;
-  launch_error_code_ = 0;
-  RunUnlock();
+  std::string err = LaunchQueue::Issue(launch, &code);
   if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
+  if (queue_ != nullptr && queue_->Sleeping()) queue_->Wake(true);
   return err;
 }
 
-void DeviceContext::LauncherLoop() {
-#ifdef FA_WITH_CUDA
-  cudaSetDevice(device_);
-#endif
-  for (;;) {
-    // Back-to-back calls arrive a few microseconds apart: spin a while before sleeping, so that a
-    // steady stream of calls never waits for this thread to wake up.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(launch_spin_us_);
-    while (!Pending() && !launcher_stop_.load(std::memory_order_relaxed) &&
-           std::chrono::steady_clock::now() < until) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-    if (!Pending()) {
-      std::unique_lock<std::mutex> lock(sleep_mu_);
-      launcher_sleeping_.store(true, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      sleep_cv_.wait(lock, [this] { return Pending() || wake_ || launcher_stop_.load(std::memory_order_relaxed); });
-      launcher_sleeping_.store(false, std::memory_order_relaxed);
-      wake_ = false;
-      if (!Pending() && launcher_stop_.load(std::memory_order_relaxed)) break;  // stopping and drained
-      if (!Pending()) continue;  // woken for calls to come: spin again
-    }
-    if (!RunLockTry()) continue;  // the JS thread is flushing
-    while (RunOneLaunch()) {
-    }
-    RunUnlock();
-  }
+void DeviceContext::Flush() {
+  if (queue_ == nullptr || !queue_->Pending()) return;
+  MakeCurrent();
+  queue_->Flush();
+}
+
+std::string DeviceContext::TakeLaunchError() {
+  if (queue_ == nullptr) return "";
+  int code = 0;
+  std::string err = queue_->TakeError(&code);
+  if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
+  return err;
 }
 
 std::string DeviceContext::Unusable() const {
@@ -732,12 +635,11 @@ void DeviceContext::FreePinnedCache() {
 
 void DeviceContext::Shutdown() {
   if (shut_down_) return;
-  if (launcher_.joinable()) {  // issues what is queued, then stops
-    launcher_stop_.store(true);
-    WakeLauncher(false);
-    launcher_.join();
-    Flush();
-    launcher_on_ = false;
+  if (queue_ != nullptr) {  // issues what is queued, then stops
+    MakeCurrent();
+    queue_->Stop();
+    if (g_qprof.on) g_qprof.Add(queue_->stats());
+    queue_.reset();
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -12,8 +12,9 @@
 // Kernel launches leave the JS thread too (the launcher thread): a CUDA launch costs the host 4-5 us
 // on a virtualised H200 host, more than the rest of a small call. So an attention call checks its
 // arguments, takes its outputs from the pool and wraps them as handles on the JS thread, then hands
-// the core call (the launch, with its scratch allocations) to the context's launcher thread, which
-// issues such calls one at a time in the order they were submitted. Everything else the JS thread
+// the core call (the launch, with its scratch allocations) to the context's launcher thread
+// (launch_queue.h, tested under ThreadSanitizer on a CPU), which issues such calls one at a time in
+// the order they were submitted. Everything else the JS thread
 // puts on the stream goes through stream(), which first flushes the launcher's queue (it runs what
 // is left itself, on the JS thread, so nothing waits for a thread to wake up): the stream thus sees
 // the work in call order, exactly as if the JS thread had issued all of it. Allocations stay on the
@@ -41,11 +42,14 @@
 
 #include <napi.h>
 
+#include "binding/launch_queue.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -112,7 +116,7 @@ class DeviceContext {
   // A core call to issue on the stream in call order: returns "" on success, else the error message
   // and, in *cuda_code, the CUDA error behind it (0 when none). It must capture only device
   // pointers and values (it may run after the JS objects of the call are gone).
-  using Launch = std::function<std::string(int* cuda_code)>;
+  using Launch = fab::Launch;
   // Queues `launch` on the launcher thread and returns "" (counted as one use of the stream); with
   // the launcher off (FA_LAUNCH_THREAD=0) runs it here and returns its error message, if any (a
   // CUDA error recorded as by Error()). JS thread.
@@ -197,12 +201,6 @@ class DeviceContext {
  private:
   DeviceContext(Napi::Env env, int device);
   void WaiterLoop();
-  void LauncherLoop();
-  std::string Issue(const Launch& launch, int* code);
-  // Wakes the sleeping launcher; `nothing_queued`: for calls to come (it spins again).
-  void WakeLauncher(bool nothing_queued);
-  // Runs the oldest queued launch; false when the queue is empty. Caller holds the run lock.
-  bool RunOneLaunch();
   void LinkAlloc(DevAlloc* a);
   void UnlinkAlloc(DevAlloc* a);
 
@@ -237,39 +235,12 @@ class DeviceContext {
   bool stopping_ = false;
   std::thread waiter_;
 
-  // The launcher thread's queue: a ring written by the JS thread (tail_) and read by whichever
-  // thread holds the run lock (head_, advanced after the launch is issued, so head_ == tail_ means
-  // nothing is queued or being issued). Every wait here spins: a thread put to sleep on a
-  // contended lock or a condition variable takes microseconds to wake on such a host, as much as a
-  // launch. Only the idle launcher sleeps (sleep_mu_ / sleep_cv_), after kLaunchSpinMicros.
-  static constexpr uint64_t kRing = 1024;
-  bool RunLockTry() { return !run_busy_.exchange(true, std::memory_order_acquire); }
-  void RunLock();
-  void RunUnlock() { run_busy_.store(false, std::memory_order_release); }
-  bool Pending() const {
-    return head_.load(std::memory_order_acquire) != tail_.load(std::memory_order_acquire);
-  }
-  bool launcher_on_ = false;
-  int launch_spin_us_ = kLaunchSpinMicros;
-  struct Queued {
-    Launch fn;
-    double submitted_us;  // FA_PROFILE_HOST only
-  };
-  Queued* ring_[kRing] = {};
-  alignas(64) std::atomic<uint64_t> head_{0};
-  alignas(64) std::atomic<uint64_t> tail_{0};
-  alignas(64) std::atomic<bool> run_busy_{false};
-  std::atomic<bool> launcher_sleeping_{false};
-  std::atomic<bool> launcher_stop_{false};
-  bool wake_ = false;         // guarded by sleep_mu_: wakes the launcher with nothing queued
-  bool idle_hint_ = false;
-  long calls_submitted_ = 0;  // JS thread (FA_TEST_FAIL_LAUNCH)   // JS thread: a wait for the GPU ended and no call was made since
+  // The launcher thread and its queue (launch_queue.h); null with FA_LAUNCH_THREAD=0 and after
+  // Shutdown (Submit then issues everything itself).
+  std::unique_ptr<LaunchQueue> queue_;
+  bool idle_hint_ = false;    // JS thread: a wait for the GPU ended and no call was made since
+  long calls_submitted_ = 0;  // JS thread (FA_TEST_FAIL_LAUNCH)
   std::vector<void*> wait_events_;  // JS thread: cudaEvent_t of WhenReached, for reuse
-  std::mutex sleep_mu_;
-  std::condition_variable sleep_cv_;
-  int launch_error_code_ = 0;   // guarded by the run lock
-  std::string launch_error_;    // guarded by the run lock
-  std::thread launcher_;
 };
 
 }  // namespace fab
