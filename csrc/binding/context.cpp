@@ -219,11 +219,11 @@ std::string DeviceContext::Submit(Launch launch, bool call) {
   // before the next wait go to the launcher, which is woken for them.
   const bool here = queue_ == nullptr || (call && !queue_->Pending() && (idle_hint_ || queue_->Sleeping()));
   if (call) idle_hint_ = false;
+  MakeCurrent();  // (also for Push: a full ring is issued here)
   if (!here) {
     queue_->Push(std::move(launch));
     return "";
   }
-  MakeCurrent();
   int code = 0;
   std::string err = LaunchQueue::Issue(launch, &code);
   if (!err.empty() && code != 0) Error(code, "after a failed launch");  // records a sticky error
