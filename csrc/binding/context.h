@@ -14,9 +14,9 @@
 // arguments, takes its outputs from the pool and wraps them as handles on the JS thread, then hands
 // the core call (the launch, with its scratch allocations) to the context's launcher thread
 // (launch_queue.h, tested under ThreadSanitizer on a CPU), which issues such calls one at a time in
-// the order they were submitted. Everything else the JS thread
-// puts on the stream goes through stream(), which first flushes the launcher's queue (it runs what
-// is left itself, on the JS thread, so nothing waits for a thread to wake up): the stream thus sees
+// the order they were submitted. Everything else the JS thread puts on the stream goes through
+// stream(), which first flushes the launcher's queue (it runs what is left itself, on the JS
+// thread, so nothing waits for a thread to wake up): the stream thus sees
 // the work in call order, exactly as if the JS thread had issued all of it. Allocations stay on the
 // JS thread (an allocation may enter the stream ahead of queued launches: the block it returns was
 // freed after every use of it, and the launches that follow it are later calls'); frees that reach
@@ -35,9 +35,10 @@
 // Errors: a call whose outputs cannot be allocated (out of memory after the pool was trimmed and
 // the allocation retried) throws at once, with the CUDA error name, and leaves the context usable;
 // so does a launch issued on the JS thread that fails. A launch that fails on the launcher thread
-// (its scratch allocation, a bad configuration) is reported at the next synchronize() or host read. A failure inside queued work (a kernel fault) is reported by the next event that covers
-// it, i.e. at the next synchronize() or host read; CUDA makes such errors sticky, so the context
-// then records it and every later call on the device rejects with it.
+// (its scratch allocation, a bad configuration) is reported at the next synchronize() or host read.
+// A failure inside queued work (a kernel fault) is reported by the next event that covers it, i.e.
+// at the next synchronize() or host read; CUDA makes such errors sticky, so the context then
+// records it and every later call on the device rejects with it.
 #pragma once
 
 #include <napi.h>
@@ -117,10 +118,11 @@ class DeviceContext {
   // and, in *cuda_code, the CUDA error behind it (0 when none). It must capture only device
   // pointers and values (it may run after the JS objects of the call are gone).
   using Launch = fab::Launch;
-  // Queues `launch` on the launcher thread and returns "" (counted as one use of the stream); with
-  // the launcher off (FA_LAUNCH_THREAD=0) runs it here and returns its error message, if any (a
-  // CUDA error recorded as by Error()). JS thread.
-  // `call` false: work that never needs to reach the GPU soon (a free), always queued.
+  // Counted as one use of the stream. Queues `launch` on the launcher thread and returns "", or runs
+  // it here and returns its error message, if any (a CUDA error recorded as by Error()): with the
+  // launcher off (FA_LAUNCH_THREAD=0), or for a call that finds the GPU idle (nothing queued, and
+  // a wait just ended or the launcher sleeps). `call` false: work that never needs to reach the
+  // GPU soon (a free), queued whenever the launcher is on. JS thread.
   std::string Submit(Launch launch, bool call = true);
   // Issues every queued launch before returning (runs them on the calling JS thread). JS thread.
   void Flush();

@@ -438,11 +438,22 @@ struct HostCopy {
 // Index arrays of a CUDA call: device handles are used as they are; host Int32Arrays are copied,
 // all of them in one staging buffer and one host-to-device copy, issued with the call's launch.
 struct IndexStaging {
-  HostCopy copy;         // the staged copy, for the call's launch closure
-  bool taken = false;    // set once Submit accepted that closure (it then issues the copy)
+  HostCopy copy;         // the staged copy, issued first by the call's launch closure (Submit)
+  bool taken = false;    // set once the context accepted that closure (it then issues the copy)
   ~IndexStaging() {
     // A call that failed before its launch was queued: nothing will issue the copy.
     if (copy.pin != nullptr && !taken) copy.pin->recorded.store(true, std::memory_order_release);
+  }
+  // Submits the call's core launch `f` (int* code -> error message) with the staged copy issued
+  // right before it, on the same thread.
+  template <class F>
+  std::string Submit(DeviceContext* ctx, cudaStream_t stream, F f) {
+    std::string err = ctx->Submit([hc = copy, stream, f](int* code) -> std::string {
+      std::string e = hc.Issue(stream, code);
+      return e.empty() ? f(code) : e;
+    });
+    taken = true;
+    return err;
   }
   struct Entry {
     Slot slot;
@@ -618,14 +629,11 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
     if (op == FA_OP_paged) p.decode_early_kv = EarlyKvSafe(ctx, queued_before, p.k, p.v, z.cache) ? 1 : 0;
     const double t1 = g_prof.on ? NowUs() : 0;
     const bool rotate = cos != nullptr;
-    err = ctx->Submit([ctx, p, r, rotate, stream, hc = idx.copy](int* code) {
-      std::string e = hc.Issue(stream, code);
-      if (!e.empty()) return e;
+    err = idx.Submit(ctx, stream, [ctx, p, r, rotate, stream](int* code) {
       fa_status st = rotate ? fa_rotary_cuda(&r, stream) : FA_OK;
       if (st == FA_OK) st = WithRetry(ctx, [&] { return fa_fwd_cuda(&p, stream); });
       return LaunchError(st, code);
     });
-    idx.taken = true;
     if (err.empty()) {  // what this call's kernels write, for the next paged call's EarlyKvSafe
       DeviceContext::LastWrites& w = ctx->last_attention;
       w.lo[0] = reinterpret_cast<uintptr_t>(p.o), w.hi[0] = w.lo[0] + z.q;
@@ -674,11 +682,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       p.workspace = cc.Alloc(ws, "backward workspace");
       cc.temps.push_back(p.workspace);
     }
-    err = ctx->Submit([p, stream, hc = idx.copy](int* code) {
-      std::string e = hc.Issue(stream, code);
-      return e.empty() ? LaunchError(fa_bwd_cuda(&p, stream), code) : e;
-    });
-    idx.taken = true;
+    err = idx.Submit(ctx, stream, [p, stream](int* code) { return LaunchError(fa_bwd_cuda(&p, stream), code); });
   } else if (op == FA_OP_append_kv) {
     fa_append_kv_params p{};
     FillAppendKv(p, c);
@@ -694,11 +698,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
                           static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot)));
     }
     idx.Upload(cc);
-    err = ctx->Submit([p, stream, hc = idx.copy](int* code) {
-      std::string e = hc.Issue(stream, code);
-      return e.empty() ? LaunchError(fa_append_kv_cuda(&p, stream), code) : e;
-    });
-    idx.taken = true;
+    err = idx.Submit(ctx, stream, [p, stream](int* code) { return LaunchError(fa_append_kv_cuda(&p, stream), code); });
   } else {
     throw Internal(env, "unknown op " + std::to_string(op));
   }
