@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|combine-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|combine-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -107,13 +107,19 @@ for s in $steps; do
       # The split combine with a warp per row and early partial loads (FA_DECODE_COMBINE=warp)
       # against the default, decode cells back to back, two rounds in turns; then the inference
       # tests with it.
+      # COMBINE_VARIANTS: combine[+sync] forms (FA_DECODE_COMBINE, FA_DECODE_SYNC), e.g. warp+acqrel;
+      # the inference tests run with the last one.
       cells=${COMBINE_CELLS:-1x4096x16,1x16384x16,1x65536x16,16x4096x16,16x16384x16,1x16384x1}
-      for i in 1 2; do for v in default warp; do
-        echo "-- FA_DECODE_COMBINE=$v ($i)"
-        FA_DECODE_COMBINE=$v timeout 120 node dist/bench/cli.js --grid off --decode --decode-cells "$cells" --api-ms 30 \
+      variants=${COMBINE_VARIANTS:-default warp}
+      for i in 1 2; do for v in $variants; do
+        echo "-- $v ($i)"
+        FA_DECODE_COMBINE=${v%%+*} FA_DECODE_SYNC=$([ "${v#*+}" != "$v" ] && echo "${v#*+}") timeout 120 \
+          node dist/bench/cli.js --grid off --decode --decode-cells "$cells" --api-ms 30 \
           --out /tmp/cab > /dev/null 2>&1; grep "^| B" /tmp/cab/table.md
       done; done | tee "$OUT/combine-ab.log"
-      FA_DECODE_COMBINE=warp FA_REQUIRE_GPU=1 timeout 200 npx vitest run test/cuda/inference.test.ts > "$OUT/combine-tests.log" 2>&1 || rc=1
+      last=${variants##* }
+      FA_DECODE_COMBINE=${last%%+*} FA_DECODE_SYNC=$([ "${last#*+}" != "$last" ] && echo "${last#*+}") FA_REQUIRE_GPU=1 \
+        timeout 200 npx vitest run test/cuda/inference.test.ts > "$OUT/combine-tests.log" 2>&1 || rc=1
       grep -aE "Tests |FAIL" "$OUT/combine-tests.log" | head ;;
     trace)
       # Issue 12's per-tile cost: needs an addon built with FA_TRACE=1 (FA_CUDA_ARCHS=90a
@@ -133,6 +139,25 @@ for s in $steps; do
         FA_WS_TRACE_EVERY=100 timeout 120 node dist/bench/cli.js --grid off --decode --decode-cells "$c" --api-ms 30 \
           --out /tmp/dtr 2>&1 | grep -a "decode trace" | tail -2
       done | tee "$OUT/decode-trace.log" ;;
+    tiny-ab)
+      # Issue 10's tiny call ([1, 128, 4, 64] fp16) with this tree's addon (a) and each of AB_ADDON
+      # (xz's or .node files: b1, b2, ...), in turns, AB_ROUNDS rounds (default 3): `--overhead`
+      # (back to back, host time, kernel by events, the read back) and the probe back to back.
+      sides="a"; n=0
+      cp build/Release/flash_attention_node.node /tmp/addon-a.node
+      for f in ${AB_ADDON:-}; do
+        n=$((n + 1))
+        [ -f "$f" ] || { echo "tiny-ab: $f not found"; continue; }
+        case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
+        sides="$sides b$n"; echo "b$n = $f"
+      done
+      for round in $(seq 1 ${AB_ROUNDS:-3}); do for side in $sides; do
+        cp /tmp/addon-$side.node build/Release/flash_attention_node.node
+        echo "-- $side (round $round)"
+        timeout 60 node dist/bench/cli.js --grid off --overhead --out /tmp/tiny-$side 2>&1 | grep -E "Per-call"
+        timeout 60 node scripts/roundtrip-probe.js b2b 2>&1 | tail -1
+      done; done | tee "$OUT/tiny-ab.log"
+      cp /tmp/addon-a.node build/Release/flash_attention_node.node ;;
     fwd-ab)
       # A/B of builds: this tree's addon (a) and each of AB_ADDON (space-separated .node files or xz's
       # of them, e.g. FA_WS_SPLIT_O=1 / FA_WS_LPT=1 builds: b1, b2, ...), in turns, AB_ROUNDS rounds

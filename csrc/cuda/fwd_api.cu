@@ -140,7 +140,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       // W 64: three consumer warpgroups (192-row tiles), except under a right-bounded mask with
       // short queries, where the coarser diagonal tiles cost more than the third warpgroup gains
       // (NOTES-fwd.md, run 9: causal N 512 / 1k at 0.78x / 0.88x of two warpgroups).
-      const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024);
+      // Queries that fit one 128-row tile (the tiny calls of issue 10's per-call cost) take two:
+      // the third warpgroup would hold only rows past the end, and a 512-thread block with a
+      // 192-row Q tile starts later than a 384-thread one.
+      const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024) && a.seqlen_q > 128;
       // W 128, dense or packed, no window on either side, from 8192 keys: key tiles of 176 (FA3's
       // choice there; fewer softmax rounds and ping-pong turns per key, but O staged through Q's
       // buffer, or a half-width one of its own with FA_WS_SPLIT_O, the default). H200 A/B in one run
@@ -422,6 +425,8 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     d.rescale_always = rescale_always;
     static const int combine_warp = env_is("FA_DECODE_COMBINE", "warp") ? 1 : 0;
     d.combine_warp = combine_warp;
+    static const int combine_acqrel = env_is("FA_DECODE_SYNC", "acqrel") ? 1 : 0;
+    d.combine_acqrel = combine_acqrel;
     static const bool early_off = env_int("FA_DECODE_EARLY", 1) == 0;  // comparisons
     d.early_kv = p->decode_early_kv != 0 && !early_off ? 1 : 0;
     // Partials only for the queries a decode sequence can have: a call with long prefill chunks

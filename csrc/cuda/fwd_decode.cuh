@@ -106,17 +106,33 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
   // launches past the per-block limit that their dynamic allocation already takes).
   static_assert(Tr::kCombineBytes >= 4096 + 4 && kDecodeRows * 32 * 4 <= 4096, "flag past the weights, in the merge area");
   int& s_last = *reinterpret_cast<int*>(smem + 4096);
-  __threadfence();  // this thread's partial rows, before the block counts itself in
-  __syncthreads();
-  if (tid == 0) {
-    int* ctr = d.counters + static_cast<int64_t>(b) * a.heads_k + hk;
-    const bool last = atomicAdd(ctr, 1) == d.num_splits - 1;
-    if (last) atomicExch(ctr, 0);
-    s_last = last;
+  int* const ctr = d.counters + static_cast<int64_t>(b) * a.heads_k + hk;
+  if (d.combine_acqrel) {
+    // The barrier orders every thread's partial rows before thread 0's count (CTA scope); its
+    // release at GPU scope carries them to the block that counts last (release is cumulative), and
+    // that block's acquire, then its barrier, orders the other splits' rows before its reads.
+    __syncthreads();
+    if (tid == 0) {
+      int old;
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(ctr) : "memory");
+      const bool last = old == d.num_splits - 1;
+      if (last) atomicExch(ctr, 0);
+      s_last = last;
+    }
+    __syncthreads();
+    if (!s_last) return;
+  } else {
+    __threadfence();  // this thread's partial rows, before the block counts itself in
+    __syncthreads();
+    if (tid == 0) {
+      const bool last = atomicAdd(ctr, 1) == d.num_splits - 1;
+      if (last) atomicExch(ctr, 0);
+      s_last = last;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
   }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
   const int ns = d.num_splits;
   const int group = a.group;
   const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;

@@ -225,6 +225,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       mbar_init(bar_ve + 8 * s, Tr::kConsumerWarps);
     }
     mbar_fence_init();
+    // The maps are kernel parameters, not written by the kernel before this one: their descriptors
+    // are fetched while a PDL launch waits below, instead of by the first copies after it (the
+    // critical path of a one-tile call).
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tq)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tk)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tv)) : "memory");
   }
   __syncthreads();
   // Launched with programmatic dependent launch (run_fwd_sm90_ws): the block may start while the

@@ -165,6 +165,12 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   const fa_status st = smem_optin(kernel, Tr::kSmemBytes, "CUDA forward", W, smem_ready);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
+  // A call whose tiles fit one wave gains nothing from the persistent loop (every block would draw
+  // one tile and then the end): one block per tile, no tile counter, so the producer's two
+  // counter round trips (the draw that ends its loop, the count that resets the counter) leave
+  // the end of a tiny call's critical path.
+  const bool one_wave = ta.ctas > 0 && blocks <= ta.ctas;
+  if (one_wave) ta.ctas = 0;
   const int64_t grid = ta.ctas > 0 ? std::min<int64_t>(blocks, ta.ctas) : blocks;
   // Programmatic dependent launch for calls whose tiles fit one wave (blocks <= the persistent
   // grid): the block's launch and set-up (the mbarrier init) overlap the previous kernel's tail, the
@@ -176,7 +182,7 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   // 7.6-8.4 us of kernel per call); the GPU suite, memcheck and racecheck clean with PDL on every
   // launch (racecheck had not finished the smoke workload with it in the ninth session).
   static const int pdl_mode = env_int("FA_FWD_PDL", -1);
-  const bool want_pdl = pdl_mode > 0 || (pdl_mode < 0 && ta.ctas > 0 && blocks <= ta.ctas);
+  const bool want_pdl = pdl_mode > 0 || (pdl_mode < 0 && one_wave);
 #ifdef FA_WS_TRACE
   // (the instantiations of one translation unit share its buffer: cleared before each launch,
   // read right after the reported one)
