@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|combine-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -103,42 +103,6 @@ for s in $steps; do
           head -12 "$OUT/nsys-percall-pdl$pdl.csv"
         done
       fi ;;
-    combine-ab)
-      # The split combine with a warp per row and early partial loads (FA_DECODE_COMBINE=warp)
-      # against the default, decode cells back to back, two rounds in turns; then the inference
-      # tests with it.
-      # COMBINE_VARIANTS: combine[+sync] forms (FA_DECODE_COMBINE, FA_DECODE_SYNC), e.g. warp+acqrel;
-      # the inference tests run with the last one.
-      cells=${COMBINE_CELLS:-1x4096x16,1x16384x16,1x65536x16,16x4096x16,16x16384x16,1x16384x1}
-      variants=${COMBINE_VARIANTS:-default warp}
-      for i in 1 2; do for v in $variants; do
-        echo "-- $v ($i)"
-        FA_DECODE_COMBINE=${v%%+*} FA_DECODE_SYNC=$([ "${v#*+}" != "$v" ] && echo "${v#*+}") timeout 120 \
-          node dist/bench/cli.js --grid off --decode --decode-cells "$cells" --api-ms 30 \
-          --out /tmp/cab > /dev/null 2>&1; grep "^| B" /tmp/cab/table.md
-      done; done | tee "$OUT/combine-ab.log"
-      last=${variants##* }
-      FA_DECODE_COMBINE=${last%%+*} FA_DECODE_SYNC=$([ "${last#*+}" != "$last" ] && echo "${last#*+}") FA_REQUIRE_GPU=1 \
-        timeout 200 npx vitest run test/cuda/inference.test.ts > "$OUT/combine-tests.log" 2>&1 || rc=1
-      grep -aE "Tests |FAIL" "$OUT/combine-tests.log" | head ;;
-    trace)
-      # Issue 12's per-tile cost: needs an addon built with FA_TRACE=1 (FA_CUDA_ARCHS=90a
-      # FA_HEAD_DIMS=64,128,256 FA_TRACE=1 npm run build:native). One cell per process; a split
-      # every 50th launch (FA_WS_TRACE_EVERY), the last two shown; TRACE_CELLS "hdim:seqlen:causal ...".
-      for cell in ${TRACE_CELLS:-128:1024:off 128:4096:off 128:16384:off 256:2048:off 256:16384:off 64:4096:off 128:4096:on}; do
-        IFS=: read -r hd n cz <<< "$cell"
-        echo "-- fp16 D$hd N$n causal ${cz:-off} (the TFLOP/s of a trace build are not figures)"
-        node dist/bench/cli.js --dir fwd --dtype fp16 --hdim "$hd" --seqlen "$n" --causal "${cz:-off}" --api-ms 20 --reps 8 \
-          --out /tmp/tr 2>&1 | grep -E "ws trace" | tail -2
-      done | tee "$OUT/trace.log" ;;
-    decode-trace)
-      # The decode kernel's timeline (fwd_decode.cuh, FA_TRACE=1 builds as for `trace`): every
-      # 100th back-to-back launch of a cell; DECODE_TRACE_CELLS "BxNxPAGE ..." (bench --decode-cells).
-      for c in ${DECODE_TRACE_CELLS:-1x4096x16 1x16384x16 1x65536x16 16x4096x16 16x16384x16 1x16384x1}; do
-        echo "-- $c (the figures of a trace build are not results)"
-        FA_WS_TRACE_EVERY=100 timeout 120 node dist/bench/cli.js --grid off --decode --decode-cells "$c" --api-ms 30 \
-          --out /tmp/dtr 2>&1 | grep -a "decode trace" | tail -2
-      done | tee "$OUT/decode-trace.log" ;;
     tiny-ab)
       # Issue 10's tiny call ([1, 128, 4, 64] fp16) with this tree's addon (a) and each of AB_ADDON
       # (xz's or .node files: b1, b2, ...), in turns, AB_ROUNDS rounds (default 3): `--overhead`

@@ -423,10 +423,6 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     d.stages = stages_forced >= 2 ? std::min(stages_forced, 8) : 0;
     static const int rescale_always = env_is("FA_DECODE_RESCALE", "always") ? 1 : 0;
     d.rescale_always = rescale_always;
-    static const int combine_warp = env_is("FA_DECODE_COMBINE", "warp") ? 1 : 0;
-    d.combine_warp = combine_warp;
-    static const int combine_acqrel = env_is("FA_DECODE_SYNC", "acqrel") ? 1 : 0;
-    d.combine_acqrel = combine_acqrel;
     static const bool early_off = env_int("FA_DECODE_EARLY", 1) == 0;  // comparisons
     d.early_kv = p->decode_early_kv != 0 && !early_off ? 1 : 0;
     // Partials only for the queries a decode sequence can have: a call with long prefill chunks

@@ -120,13 +120,6 @@ struct DecodeArgs {
   // 1: the K / V tiles of the first ring stages are requested before the PDL wait (the kernel before
   // this one on the stream is known not to write the caches: the caller's check, fa_fwd_params).
   int early_kv;
-  // FA_DECODE_COMBINE=warp (to be measured): the last block's combine computes each row's weights
-  // in one warp (a lane per split) and requests its first partial rows before the weights are known.
-  int combine_warp;
-  // FA_DECODE_SYNC=acqrel (to be measured): a block counts itself in with one acq_rel atomic of
-  // thread 0 after a block barrier instead of a sequentially consistent fence by every thread
-  // before it and another in the last block after it.
-  int combine_acqrel;
   int trace_slot;      // FA_TRACE builds: which of the two trace buffers this launch writes (fwd_decode.cuh)
 };
 template <typename T, int kHeadDim>

@@ -85,16 +85,17 @@ struct DecodeTraits {
   static_assert(32 % kChunksPerRow == 0 || kChunksPerRow % 32 == 0, "loader layout");
 };
 
-// Split-KV combine, run by the last block of a (sequence, kv head) to finish: each block's partial
-// rows are visible to the others once it has fenced them and counted itself in; the block that
-// counts num_splits resets the counter (zero for the next call on the stream) and merges the splits
-// by their lse (out = sum_i exp(lse_i - lse) * out_i, lse = log(sum_i exp(lse_i)); a split that saw
-// no key has lse +inf and weight 0). No second kernel: its launch, the wait for the whole grid and
-// the cold start of its reads are gone (a B 1 call spent ~1/4 of its GPU time there, run 12).
-// (Twelfth session: staging the partials in shared memory with cp.async, all of a chunk in flight
-// at once, measured no faster on the H200: shared by the whole block, +1.5-1.8 us at B 1 x 16k-64k
-// from its index arithmetic; each thread copying its own items, within +-1 us of this form. The
-// ~5 us the timeline trace shows for the last block is mostly its fence and counter round trips.)
+// Split-KV combine, run by the last block of a (sequence, kv head) to finish: each block counts
+// itself in once its partial rows are written; the block that counts num_splits resets the counter
+// (zero for the next call on the stream) and merges the splits by their lse (out = sum_i
+// exp(lse_i - lse) * out_i, lse = log(sum_i exp(lse_i)); a split that saw no key has lse +inf and
+// weight 0). No second kernel: its launch, the wait for the whole grid and the cold start of its
+// reads are gone (a B 1 call spent ~1/4 of its GPU time there, run 12).
+// H200 (NOTES-inference.md, fourteenth session; back to back, two rounds in turns): this form
+// against one sequentially consistent fence per thread around the count and one thread looping
+// over the splits for the weights: B 1 x 16k 24.4 -> 22.9 us (2.74 -> 2.93 TB/s), B 1 x 64k 73.5
+// -> 71.8, B 16 x 4k 70.7 -> 70.1, page 1 B 1 x 16k 27.4 -> 26.2. (Twelfth session: staging the
+// partials in shared memory with cp.async measured no faster.)
 template <class Tr>
 __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo& seq, int hk, int b, int rows, int tid,
                                               unsigned char* smem) {
@@ -107,164 +108,97 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
   static_assert(Tr::kCombineBytes >= 4096 + 4 && kDecodeRows * 32 * 4 <= 4096, "flag past the weights, in the merge area");
   int& s_last = *reinterpret_cast<int*>(smem + 4096);
   int* const ctr = d.counters + static_cast<int64_t>(b) * a.heads_k + hk;
-  if (d.combine_acqrel) {
-    // The barrier orders every thread's partial rows before thread 0's count (CTA scope); its
-    // release at GPU scope carries them to the block that counts last (release is cumulative), and
-    // that block's acquire, then its barrier, orders the other splits' rows before its reads.
-    __syncthreads();
-    if (tid == 0) {
-      int old;
-      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(ctr) : "memory");
-      const bool last = old == d.num_splits - 1;
-      if (last) atomicExch(ctr, 0);
-      s_last = last;
-    }
-    __syncthreads();
-    if (!s_last) return;
-  } else {
-    __threadfence();  // this thread's partial rows, before the block counts itself in
-    __syncthreads();
-    if (tid == 0) {
-      const bool last = atomicAdd(ctr, 1) == d.num_splits - 1;
-      if (last) atomicExch(ctr, 0);
-      s_last = last;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+  // Count in: the barrier orders every thread's partial rows before thread 0's count (CTA scope);
+  // its release at GPU scope carries them to the block that counts last (release is cumulative),
+  // and that block's acquire, then its barrier, orders the other splits' rows before its reads.
+  __syncthreads();
+  if (tid == 0) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(ctr) : "memory");
+    const bool last = old == d.num_splits - 1;
+    if (last) atomicExch(ctr, 0);
+    s_last = last;
   }
+  __syncthreads();
+  if (!s_last) return;
   const int ns = d.num_splits;
   const int group = a.group;
   const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;
   float* const wt = reinterpret_cast<float*>(smem);  // [rows][ns] weights (the merge area is done)
-  if (d.combine_warp) {
-    // The weights of row r come from warp r % kWarps, lane sp holding split sp's lse (ns <= 32):
-    // max and sum by shuffles instead of one thread looping over the splits three times. Each
-    // thread's first item requests its first kPre partial rows before that, so their round trip
-    // overlaps the lse loads' (the weights are only needed to add them up).
-    // (run_fwd_decode caps the splits at kMaxCombine = 32: a lane per split.)
-    static_assert(kDecodeRows % Tr::kWarps == 0, "rows spread evenly over the warps");
-    constexpr int kGroups = W / 4, kPre = 8, kRowsPerWarp = kDecodeRows / Tr::kWarps;
-    const int warp = tid >> 5, lane = tid & 31;
-    const int64_t split_stride = P * a.heads * W;
-    auto item_ptr = [&](int idx, int* r_out, int* c_out) -> const float* {
-      const int r = idx / kGroups, c = (idx % kGroups) * 4;
-      *r_out = r, *c_out = c;
-      const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
-      return d.partial_o + (prow * a.heads + hk * group + r % group) * W + c;
-    };
-    int r0 = 0, c0 = 0;
-    const bool has0 = tid < rows * kGroups;
-    const float* po0 = has0 ? item_ptr(tid, &r0, &c0) : nullptr;
-    float4 pre[kPre];
-#pragma unroll
-    for (int sp = 0; sp < kPre; ++sp)
-      pre[sp] = has0 && sp < ns && c0 < a.head_dim ? __ldcg(reinterpret_cast<const float4*>(po0 + sp * split_stride))
-                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-    float lv[kRowsPerWarp];
-#pragma unroll
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-      const int r = warp + k * Tr::kWarps;
-      lv[k] = -INFINITY;
-      if (r < rows && lane < ns) {
-        const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
-        const float l = __ldcg(d.partial_lse + (lane * a.heads + hk * group + r % group) * P + prow);
-        lv[k] = l < INFINITY ? l : -INFINITY;  // +inf: saw no key
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-      const int r = warp + k * Tr::kWarps;
-      if (r >= rows) break;  // warp-uniform
-      float m = lv[k];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      const float e = m == -INFINITY || lv[k] == -INFINITY ? 0.f : expf(lv[k] - m);
-      float sum = e;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (lane < ns) wt[r * ns + lane] = sum > 0.f ? e / sum : 0.f;
-      if (lane == 0) {
-        a.lse[(hk * group + r % group) * a.lse_head + seq.q_row0 + r / group] = sum > 0.f ? m + logf(sum) : INFINITY;
-      }
-    }
-    __syncthreads();
-    for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
-      int r = 0, c = 0;
-      const float* po = item_ptr(idx, &r, &c);
-      if (c >= a.head_dim) continue;
-      const float* w = wt + r * ns;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      int sp = 0;
-      if (idx == tid) {  // the first item: its first kPre splits are in pre[]
-#pragma unroll
-        for (int k = 0; k < kPre; ++k) {
-          if (k < ns) {
-            const float f = w[k];
-            acc.x = fmaf(f, pre[k].x, acc.x), acc.y = fmaf(f, pre[k].y, acc.y), acc.z = fmaf(f, pre[k].z, acc.z), acc.w = fmaf(f, pre[k].w, acc.w);
-          }
-        }
-        sp = kPre;
-      }
-#pragma unroll 8
-      for (; sp < ns; ++sp) {
-        const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * split_stride));
-        const float f = w[sp];
-        acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
-      }
-      const int i = r / group, h = hk * group + r % group;
-      char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
-      uint2 v;
-      v.x = pack2<T>(acc.x, acc.y);
-      v.y = pack2<T>(acc.z, acc.w);
-      *reinterpret_cast<uint2*>(dst) = v;
-    }
-    return;
-  }
-  for (int idx = tid; idx < rows * ns; idx += Tr::kThreads) {
-    const int r = idx / ns, sp = idx % ns;
-    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
-    const float l = __ldcg(d.partial_lse + (sp * a.heads + hk * group + r % group) * P + prow);
-    wt[idx] = l < INFINITY ? l : -INFINITY;  // +inf: saw no key
-  }
-  __syncthreads();
-  if (tid < rows) {
-    float* w = wt + tid * ns;
-    float m = -INFINITY;
-    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, w[sp]);
-    const int i = tid / group, h = hk * group + tid % group;
-    float lse = INFINITY;
-    if (m == -INFINITY) {
-      for (int sp = 0; sp < ns; ++sp) w[sp] = 0.f;
-    } else {
-      float sum = 0.f;
-      for (int sp = 0; sp < ns; ++sp) {
-        const float e = w[sp] > -INFINITY ? expf(w[sp] - m) : 0.f;
-        w[sp] = e;
-        sum += e;
-      }
-      const float inv = 1.f / sum;
-      for (int sp = 0; sp < ns; ++sp) w[sp] *= inv;
-      lse = m + logf(sum);
-    }
-    a.lse[h * a.lse_head + seq.q_row0 + i] = lse;
-  }
-  __syncthreads();
-  constexpr int kGroups = W / 4;
-  for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
+  // The weights of row r come from warp r % kWarps, lane sp holding split sp's lse (ns <= 32,
+  // run_fwd_decode caps the splits at kMaxCombine): max and sum by shuffles. Each thread's first
+  // item requests its first kPre partial rows before that, so their round trip overlaps the lse
+  // loads' (the weights are only needed to add them up).
+  static_assert(kDecodeRows % Tr::kWarps == 0, "rows spread evenly over the warps");
+  constexpr int kGroups = W / 4, kPre = 8, kRowsPerWarp = kDecodeRows / Tr::kWarps;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int64_t split_stride = P * a.heads * W;
+  auto item_ptr = [&](int idx, int* r_out, int* c_out) -> const float* {
     const int r = idx / kGroups, c = (idx % kGroups) * 4;
+    *r_out = r, *c_out = c;
+    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
+    return d.partial_o + (prow * a.heads + hk * group + r % group) * W + c;
+  };
+  int r0 = 0, c0 = 0;
+  const bool has0 = tid < rows * kGroups;
+  const float* po0 = has0 ? item_ptr(tid, &r0, &c0) : nullptr;
+  float4 pre[kPre];
+#pragma unroll
+  for (int sp = 0; sp < kPre; ++sp)
+    pre[sp] = has0 && sp < ns && c0 < a.head_dim ? __ldcg(reinterpret_cast<const float4*>(po0 + sp * split_stride))
+                                               : make_float4(0.f, 0.f, 0.f, 0.f);
+  float lv[kRowsPerWarp];
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp + k * Tr::kWarps;
+    lv[k] = -INFINITY;
+    if (r < rows && lane < ns) {
+      const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
+      const float l = __ldcg(d.partial_lse + (lane * a.heads + hk * group + r % group) * P + prow);
+      lv[k] = l < INFINITY ? l : -INFINITY;  // +inf: saw no key
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int r = warp + k * Tr::kWarps;
+    if (r >= rows) break;  // warp-uniform
+    float m = lv[k];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float e = m == -INFINITY || lv[k] == -INFINITY ? 0.f : expf(lv[k] - m);
+    float sum = e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane < ns) wt[r * ns + lane] = sum > 0.f ? e / sum : 0.f;
+    if (lane == 0) {
+      a.lse[(hk * group + r % group) * a.lse_head + seq.q_row0 + r / group] = sum > 0.f ? m + logf(sum) : INFINITY;
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
+    int r = 0, c = 0;
+    const float* po = item_ptr(idx, &r, &c);
     if (c >= a.head_dim) continue;
-    const int i = r / group, h = hk * group + r % group;
-    const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
-    const float* po = d.partial_o + (prow * a.heads + h) * W + c;
     const float* w = wt + r * ns;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    int sp = 0;
+    if (idx == tid) {  // the first item: its first kPre splits are in pre[]
+#pragma unroll
+      for (int k = 0; k < kPre; ++k) {
+        if (k < ns) {
+          const float f = w[k];
+          acc.x = fmaf(f, pre[k].x, acc.x), acc.y = fmaf(f, pre[k].y, acc.y), acc.z = fmaf(f, pre[k].z, acc.z), acc.w = fmaf(f, pre[k].w, acc.w);
+        }
+      }
+      sp = kPre;
+    }
 #pragma unroll 8
-    for (int sp = 0; sp < ns; ++sp) {
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * P * a.heads * W));
+    for (; sp < ns; ++sp) {
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * split_stride));
       const float f = w[sp];
       acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
     }
+    const int i = r / group, h = hk * group + r % group;
     char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
     uint2 v;
     v.x = pack2<T>(acc.x, acc.y);
