@@ -11,6 +11,18 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 source .gpu/env.sh
 T0=$(date +%s); el() { echo "($(( $(date +%s) - T0 )) s)"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader
+# The addons of an A/B step: this tree's (side a) and each of AB_ADDON (.node files or xz's of them:
+# sides b1, b2, ...) under /tmp/addon-<side>.node; sets $sides.
+ab_sides() {
+  sides="a"; local n=0 f
+  cp build/Release/flash_attention_node.node /tmp/addon-a.node
+  for f in ${AB_ADDON:-}; do
+    n=$((n + 1))
+    [ -f "$f" ] || { echo "$1: $f not found"; continue; }
+    case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
+    sides="$sides b$n"; echo "b$n = $f"
+  done
+}
 steps=${*:-tests sanitize start doctor bench}
 rc=0
 for s in $steps; do
@@ -107,14 +119,7 @@ for s in $steps; do
       # Issue 10's tiny call ([1, 128, 4, 64] fp16) with this tree's addon (a) and each of AB_ADDON
       # (xz's or .node files: b1, b2, ...), in turns, AB_ROUNDS rounds (default 3): `--overhead`
       # (back to back, host time, kernel by events, the read back) and the probe back to back.
-      sides="a"; n=0
-      cp build/Release/flash_attention_node.node /tmp/addon-a.node
-      for f in ${AB_ADDON:-}; do
-        n=$((n + 1))
-        [ -f "$f" ] || { echo "tiny-ab: $f not found"; continue; }
-        case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
-        sides="$sides b$n"; echo "b$n = $f"
-      done
+      ab_sides tiny-ab
       for round in $(seq 1 ${AB_ROUNDS:-3}); do for side in $sides; do
         cp /tmp/addon-$side.node build/Release/flash_attention_node.node
         echo "-- $side (round $round)"
@@ -130,14 +135,7 @@ for s in $steps; do
       # AB_TAG names the logs.
       args="--dir ${AB_DIR:-fwd} --dtype fp16 --hdim 128,256 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
       tag=${AB_TAG:-fwd-ab}
-      sides="a"; n=0
-      cp build/Release/flash_attention_node.node /tmp/addon-a.node
-      for f in ${AB_ADDON:-}; do
-        n=$((n + 1))
-        [ -f "$f" ] || { echo "fwd-ab: $f not found"; continue; }
-        case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
-        sides="$sides b$n"; echo "b$n = $f"
-      done
+      ab_sides fwd-ab
       for round in $(seq 1 ${AB_ROUNDS:-2}); do for side in $sides; do
         cp /tmp/addon-$side.node build/Release/flash_attention_node.node
         cmp=""; [ $side$round = a1 ] && [ "${AB_TORCH:-1}" = 1 ] && cmp="--compare torch"
