@@ -108,17 +108,25 @@ async function apiTime(call: () => Promise<void>, minMs: number, guessMs: number
 const kernelGroup = (reps: number) => Math.max(2, Math.ceil(reps / 4));
 
 /**
- * Public-API time and kernel time of the same call, taken in turns: kernel samples (CUDA events,
- * `reps` in all) before, between and after the three API rounds, so that both medians see the same
- * clock and power state. (Run 2 of NOTES-inference.md: a kernel timed cold beside API rounds timed
- * after sustained load read 4% apart; kernel samples only before and after the rounds still left
- * the power-hungry D 256 backward 3-4% apart in both directions.)
+ * Public-API time and kernel time of the same call, taken in turns: kernel samples (CUDA events
+ * around each call, back to back) before, between and after the three API rounds, so that both
+ * medians see the same clock and power state. (Run 2 of NOTES-inference.md: a kernel timed cold
+ * beside API rounds timed after sustained load read 4% apart; kernel samples only before and after
+ * the rounds still left the power-hungry D 256 backward 3-4% apart in both directions.) Each group
+ * of kernel samples is as long as an API round (as many calls, up to 256): groups of `reps / 4`
+ * calls (15 ms of a 1.8 ms call) ran at the clock of a GPU coming out of a pause while the 100 ms
+ * rounds between them settled at the power limit (fourteenth session: the four cells over 3% had
+ * their API rounds at 1380-1575 MHz, 3-8% below their kernel samples').
  */
 async function timePair(call: () => Promise<void>, kernel: (warmup: number, reps: number) => Promise<number[]>,
   apiMs: number, warmup: number, reps: number): Promise<{ api: number; kernel: number }> {
-  const per = kernelGroup(reps);
-  const samples = [...(await kernel(warmup, per))];
-  const api = await apiTime(call, apiMs, median(samples), async () => { samples.push(...(await kernel(1, per))); });
+  const per0 = kernelGroup(reps);
+  const first = await kernel(warmup, per0);
+  const guess = median(first);
+  const n = Math.max(10, Math.ceil(apiMs / Math.max(guess, 1e-3)));  // apiTime's calls per round
+  const per = Math.max(per0, Math.min(n, 256));
+  const samples = per > per0 ? [...(await kernel(0, per))] : [...first];
+  const api = await apiTime(call, apiMs, guess, async () => { samples.push(...(await kernel(1, per))); });
   return { api, kernel: median(samples) };
 }
 
@@ -659,7 +667,7 @@ async function main() {
     }
   }
   const header = `GPU: ${gpus[0].name}; flash-attention-node ${buildInfo().version}; ${torchInfo}; ` +
-    `${new Date().toISOString().slice(0, 10)}; warmup ${warmup}, kernel: median of ${4 * kernelGroup(reps)} in 4 groups between the API rounds; API: median of 3 rounds >= ${apiMs} ms`;
+    `${new Date().toISOString().slice(0, 10)}; warmup ${warmup}, kernel: median of 4 groups of back-to-back calls (each as long as an API round, >= ${kernelGroup(reps)} and <= 256 calls) before, between and after the API rounds; API: median of 3 rounds >= ${apiMs} ms`;
   console.log(header);
   if (cases.length) console.log([...lines, ...clockLines].join('\n'));
   const extra: string[] = [];

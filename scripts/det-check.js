@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Deterministic-backward check (development): the same backward call repeated, dq / dk / dv compared
 // bit for bit with the first run; prints the number of differing elements per run and tensor.
+// For dq it also lists the 64-row blocks (head:block) that hold the differences of the first run
+// that differs. DET_CASES=<substring> keeps the cases whose name contains it.
 // Usage: node scripts/det-check.js [runs=8]
 'use strict';
 const { Tensor, flashAttention, flashAttentionBackward } = require('..');
@@ -20,7 +22,7 @@ const rand = (n, seed) => {
 };
 (async () => {
   const runs = Number(process.argv[2] || 8);
-  for (const c of cases) {
+  for (const c of cases.filter((x) => !process.env.DET_CASES || x.name.includes(process.env.DET_CASES))) {
     for (const dtype of ['float16', 'bfloat16']) {
       const up = (shape, seed) => Tensor.from(rand(shape.reduce((a, b) => a * b), seed), shape, { dtype }).to('cuda');
       const q = await up([c.B, c.Nq, c.H, c.D], 1), k = await up([c.B, c.Nk, c.Hkv, c.D], 2);
@@ -28,14 +30,25 @@ const rand = (n, seed) => {
       const f = await flashAttention(q, k, v, c.opts);
       let first = null;
       const diffs = [];
+      let where = '';
       for (let r = 0; r < runs; r++) {
         const g = await flashAttentionBackward(dout, q, k, v, f.out, f.lse, { ...c.opts, deterministic: true });
         const arrs = [await g.dq.toTypedArray(), await g.dk.toTypedArray(), await g.dv.toTypedArray()];
         [g.dq, g.dk, g.dv].forEach((t) => t.dispose());
         if (first === null) { first = arrs; continue; }
         diffs.push(arrs.map((a, i) => { let n = 0; for (let j = 0; j < a.length; j++) if (a[j] !== first[i][j]) n++; return n; }).join('/'));
+        if (!where) {
+          const blocks = new Map();
+          arrs[0].forEach((x, j) => {
+            if (x === first[0][j]) return;
+            const h = Math.floor(j / c.D) % c.H, r = Math.floor(j / (c.D * c.H)) % c.Nq;
+            const key = `${h}:${r >> 6}`;
+            blocks.set(key, (blocks.get(key) || 0) + 1);
+          });
+          if (blocks.size) where = ' dq row blocks (head:block=count): ' + [...blocks].slice(0, 24).map(([k, n]) => `${k}=${n}`).join(' ');
+        }
       }
-      console.log(`${c.name} ${dtype}: differing elements dq/dk/dv per run: ${diffs.join(' ')}`);
+      console.log(`${c.name} ${dtype}: differing elements dq/dk/dv per run: ${diffs.join(' ')}${where}`);
       [q, k, v, dout, f.out, f.lse].forEach((t) => t.dispose());
     }
   }

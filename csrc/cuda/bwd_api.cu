@@ -60,7 +60,7 @@ constexpr int kBwdWidthsSm90[] = {64, 128, 256};  // keep equal to WIDTHS_SM90 i
 // Its warp-specialised sibling (TMA loads, dQ through shared memory and bulk reduce-adds, ordered
 // in deterministic mode): dense calls at these tiles, where the tensor maps can be made.
 // FA_BWD_SM90=cpasync keeps every call on the cp.async kernel (comparisons).
-constexpr int kBwdWidthsSm90Ws[] = {64, 128};  // keep equal to WIDTHS_SM90_WS in generate_bwd_kernels.py
+constexpr int kBwdWidthsSm90Ws[] = {64, 128, 256};  // keep equal to WIDTHS_SM90_WS in generate_bwd_kernels.py
 bool sm90_bwd_ws_enabled() {
   static const bool on = !env_is("FA_BWD_SM90", "cpasync");
   return on;

@@ -439,6 +439,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     for (int c = 0; c < NQ / QC; ++c) {
       const int colq = wg * NQ + c * QC;  // first dQ column of this chunk
       float dq[QC / 2];
+      // The chunk's accumulators may sit in the registers the previous chunk's reductions still
+      // read: the fence (PTX: required between a register access and a wgmma writing the same
+      // register) orders those reads before the wgmmas write them.
+      if (c > 0) sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
         sm90::Wgmma<T, QC>::template ss<1, 1>(

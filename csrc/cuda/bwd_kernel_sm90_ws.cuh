@@ -1,7 +1,9 @@
 // FlashAttention backward main kernel on Hopper (sm_90a), warp-specialised: the TMA mainloop beside
-// the cp.async one of bwd_kernel_sm90.cuh, for dense fp16 / bf16 calls at head-dim tiles 64 and 128
-// (packed sequences and the tile 256 keep the cp.async kernel), in both modes: the deterministic
-// one orders the dQ writer's adds into each row block by key block (bwd_det_rank).
+// the cp.async one of bwd_kernel_sm90.cuh, for dense fp16 / bf16 calls (packed sequences keep the
+// cp.async kernel), in both modes: the deterministic one orders the dQ writer's adds into each row
+// block by key block (bwd_det_rank). Two kernels share the producer and the dQ writer: the key
+// split at head-dim tiles 64 and 128 (bwd_kernel_sm90_ws, described here) and the row split at 256
+// (bwd_kernel_sm90_ws_rows, further down).
 //
 // One thread block per (key block j of 128 keys, kv head, batch), 384 threads: a producer warpgroup
 // and two consumer warpgroups. The block walks the 64-row query blocks i of every query head of the
@@ -32,6 +34,79 @@
 namespace fa {
 namespace cuda {
 
+// Producer warp 0, one thread: K_j and V_j once, then per block it of the walk Q_i and dO_i as
+// tensor-map copies and the lse2 / dsum slices as bulk copies into stage it % S of the ring; fill
+// it waits for the release of fill it - S on the stage's "empty" mbarrier. Block it is query head
+// hk * group + it / n_m, row block m_begin + it % n_m.
+template <class Tr>
+__device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base, float* sL, float* sD, uint32_t bar_kv,
+                                            uint32_t bar_qf, uint32_t bar_qe, int key0, int hk, int b, int total, int n_m,
+                                            int m_begin, int64_t ws_b) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kCB = Tr::kColBlocks, S = Tr::kStages;
+  const BwdArgs& a = ta.a;
+  mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileKV);
+#pragma unroll
+  for (int cb = 0; cb < kCB; ++cb) {
+    tma_load_4d(base + Tr::kOffK + cb * BN * 128, &ta.tk, cb * 64, key0, hk, b, bar_kv);
+    tma_load_4d(base + Tr::kOffV + cb * BN * 128, &ta.tv, cb * 64, key0, hk, b, bar_kv);
+  }
+  for (int it = 0; it < total; ++it) {
+    const int st = it % S;
+    if (it >= S) mbar_wait(bar_qe + 8 * st, ((it / S) - 1) & 1);
+    const int hq = hk * a.group + it / n_m, row0 = (m_begin + it % n_m) * BM;
+    const uint32_t full = bar_qf + 8 * st;
+    mbar_arrive_expect_tx(full, 2 * Tr::kTileQ + 2 * BM * 4);
+#pragma unroll
+    for (int cb = 0; cb < kCB; ++cb) {
+      tma_load_4d(base + Tr::kOffQ + st * Tr::kTileQ + cb * BM * 128, &ta.tq, cb * 64, row0, hq, b, full);
+      tma_load_4d(base + Tr::kOffDo + st * Tr::kTileQ + cb * BM * 128, &ta.tdo, cb * 64, row0, hq, b, full);
+    }
+    const int64_t roff = ws_b + hq * a.ws_head + row0;
+    bulk_g2s(smem_u32(sL + st * BM), a.lse2 + roff, BM * 4, full);
+    bulk_g2s(smem_u32(sD + st * BM), a.dsum + roff, BM * 4, full);
+  }
+}
+
+// Producer warp 1, one thread: the dQ writer. Per block it, once the consumers have put their dQ
+// shares (fp32, fragment order) into shared memory and arrived on dQ barrier it % 2, `issue(dst, it)`
+// adds them into the workspace rows at dst with bulk reduce-adds; once the copy engine has read
+// them (deterministic mode: once the adds are done in global memory), `done(it)` hands the
+// memory back. Deterministic mode: the adds into a row block wait for this key block's turn
+// (bwd_det_rank) and complete before the next key block's turn is released, so the sums run in
+// key-block order; the consumers, one buffer ahead, do not wait.
+template <class Tr, class Issue, class Done>
+__device__ __forceinline__ void bwd_ws_write_dq(const BwdArgs& a, const SeqInfo& seq, bool det, int n_block, int total,
+                                                int n_m, int m_begin, int hk, int64_t ws_b, uint32_t bar_dqf,
+                                                Issue&& issue, Done&& done) {
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN;
+  for (int it = 0; it < total; ++it) {
+    const int d = it & 1;
+    mbar_wait(bar_dqf + 8 * d, (it >> 1) & 1);
+    const int mm = m_begin + it % n_m;
+    const int64_t wrow = ws_b + (hk * a.group + it / n_m) * a.ws_head + mm * BM;
+    int* sem = nullptr;
+    int rank = 0;
+    if (det) {
+      static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
+      sem = a.dq_sem + (wrow >> 6);
+      rank = bwd_det_rank<BM, BN>(a, seq, n_block, mm);
+      while (ld_acquire_gpu(sem) != rank) __nanosleep(32);
+      fence_proxy_async_global();  // the reduction after the acquire
+    }
+    issue(a.dq_acc + wrow * Tr::kHeadDim, it);
+    bulk_commit_group();
+    if (det) {
+      bulk_wait_group<0, false>();  // the adds done in global memory
+      fence_proxy_async_global();
+      st_release_gpu(sem, rank + 1);
+    } else {
+      bulk_wait_group<0, true>();
+    }
+    done(it);
+  }
+  bulk_wait_group<0, false>();
+}
+
 template <class Tr, int kWalk>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __grid_constant__ BwdTmaArgs ta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -39,7 +114,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   constexpr int W = Tr::kHeadDim;
   constexpr int BM = Tr::kBlockM;
   constexpr int BN = Tr::kBlockN;
-  constexpr int kCB = Tr::kColBlocks;
   constexpr int S = Tr::kStages;
   constexpr int NQ = Tr::kDqCols;
   const BwdArgs& a = ta.a;
@@ -78,14 +152,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
   // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (upwards
   // in deterministic mode too: bwd_det_rank).
-  auto head_of = [&](int it) { return hk * a.group + it / n_m; };
   auto row0_of = [&](int it) { return (m_begin + it % n_m) * BM; };
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
     for (int s = 0; s < S; ++s) {
       mbar_init(bar_qf + 8 * s, 1);
-      mbar_init(bar_qe + 8 * s, 8);  // the consumer warps
+      mbar_init(bar_qe + 8 * s, Tr::kRowSplit ? 1 : 8);  // the consumer warps (row split: the dQ writer)
     }
     for (int d = 0; d < 2; ++d) {
       mbar_init(bar_dqf + 8 * d, 8);
@@ -98,229 +171,307 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   if (wg == 0) {
     sm90::setmaxnreg_dec<Tr::kProducerRegs>();
     if (tid == 0) {
-      // Loads. Fill f of stage f % S waits for the consumers' release of fill f - S.
-      mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileKV);
-#pragma unroll
-      for (int cb = 0; cb < kCB; ++cb) {
-        tma_load_4d(sK + cb * BN * 128, &ta.tk, cb * 64, key0, hk, b, bar_kv);
-        tma_load_4d(sV + cb * BN * 128, &ta.tv, cb * 64, key0, hk, b, bar_kv);
-      }
-      for (int it = 0; it < total; ++it) {
-        const int st = it % S;
-        if (it >= S) mbar_wait(bar_qe + 8 * st, ((it / S) - 1) & 1);
-        const int hq = head_of(it), row0 = row0_of(it);
-        const uint32_t full = bar_qf + 8 * st;
-        mbar_arrive_expect_tx(full, 2 * Tr::kTileQ + 2 * BM * 4);
-#pragma unroll
-        for (int cb = 0; cb < kCB; ++cb) {
-          tma_load_4d(sQ + st * Tr::kTileQ + cb * BM * 128, &ta.tq, cb * 64, row0, hq, b, full);
-          tma_load_4d(sdO + st * Tr::kTileQ + cb * BM * 128, &ta.tdo, cb * 64, row0, hq, b, full);
-        }
-        const int64_t roff = ws_b + hq * a.ws_head + row0;
-        bulk_g2s(smem_u32(sL + st * BM), a.lse2 + roff, BM * 4, full);
-        bulk_g2s(smem_u32(sD + st * BM), a.dsum + roff, BM * 4, full);
-      }
+      bwd_ws_load<Tr>(ta, base, sL, sD, bar_kv, bar_qf, bar_qe, key0, hk, b, total, n_m, m_begin, ws_b);
     } else if (tid == 32) {
-      // dQ writer, buffer it % 2 for block it. Deterministic mode: the add into a row block waits
-      // for this key block's turn (bwd_det_rank) and completes before the next key block's turn is
-      // released, so the sums run in key-block order; the consumers, one buffer ahead, do not wait.
-      for (int it = 0; it < total; ++it) {
-        const int d = it & 1;
-        mbar_wait(bar_dqf + 8 * d, (it >> 1) & 1);
-        const int64_t wrow = ws_b + head_of(it) * a.ws_head + row0_of(it);
-        float* const dst = a.dq_acc + wrow * W;
-        int* sem = nullptr;
-        int rank = 0;
-        if (det) {
-          static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
-          sem = a.dq_sem + (wrow >> 6);
-          rank = bwd_det_rank<BM, BN>(a, seq, n_block, row0_of(it) / BM);
-          while (ld_acquire_gpu(sem) != rank) __nanosleep(32);
-          fence_proxy_async_global();  // the reduction after the acquire
-        }
-        bulk_reduce_add_f32(dst, sDq + d * Tr::kTileDq, Tr::kTileDq);
-        bulk_commit_group();
-        if (det) {
-          bulk_wait_group<0, false>();  // the adds done in global memory
-          fence_proxy_async_global();
-          st_release_gpu(sem, rank + 1);
-        } else {
-          bulk_wait_group<0, true>();
-        }
-        mbar_arrive(bar_dqe + 8 * d);
+      if constexpr (Tr::kRowSplit) {
+        // dQ writer: block it's image, 16 warp tiles of 16 rows x 64 columns (4 KiB, in the
+        // workspace's fragment order), from the Q / dO tiles of stage it % 2 (the row split's
+        // consumers below), then the stage goes back to the producer.
+        bwd_ws_write_dq<Tr>(
+            a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
+            [&](float* dst, int it) {
+              const uint32_t stage = (it & 1) * Tr::kTileQ;
+#pragma unroll
+              for (int tile = 0; tile < 16; ++tile) {  // tile = 4 wq + 2 cw + c
+                const uint32_t src = ((tile & 1) ? sdO : sQ) + stage + (tile & 2) * (Tr::kTileQ / 4) + (tile >> 2) * 4096;
+                bulk_reduce_add_f32(dst + tile * 1024, src, 4096);
+              }
+            },
+            [&](int it) { mbar_arrive(bar_qe + 8 * (it & 1)); });
+      } else {
+        // dQ writer: the image of block it from buffer it % 2, handed back on its empty barrier.
+        bwd_ws_write_dq<Tr>(
+            a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
+            [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
+            [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }
-      bulk_wait_group<0, false>();
     }
     return;
   }
   sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
+  if constexpr (Tr::kRowSplit) {
+    // Row split (W 256): warpgroup cw owns rows [NS cw, NS cw + NS) of S^T / dP^T (all 64 keys) and
+    // columns [NC cw, NC cw + NC) of dK / dV / dQ; warp wq of it the keys 16 wq.. of S^T and the
+    // rows 16 wq.. of dQ. Per block it (stage st = it % 2, P^T / dS^T buffer db = it & 1):
+    //   S^T, dP^T (SS wgmma) -> P^T, dS^T (sm90_bwd_pds) into buffer db -> barrier of the 256
+    //   consumer threads (both halves written) -> dV += P^T dO, dK += dS^T Q for its columns (SS,
+    //   A = buffer db) -> dQ = dS K for its columns, two chunks of QC, each into its own columns of
+    //   the stage's Q tile (chunk 0) and dO tile (chunk 1): only its own dV / dK products read those
+    //   once both warpgroups have passed the barrier (S^T / dP^T of every row are done). The writer
+    //   hands the stage back to the producer after reading them.
+    // Two P^T / dS^T buffers make the one barrier per block enough: a warpgroup writing buffer db at
+    // block it has passed block it-1's barrier, which the other reaches only after its products of
+    // block it-2 (the readers of buffer db) are complete.
+    constexpr int NS = Tr::kSRows, NC = Tr::kCols, QC = Tr::kDqChunk;
+    const int cw = wg - 1;
+    const int wq = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int wrow0 = cw * NS;
+    auto kstep = [](int ks, int rows) -> uint64_t {
+      return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+    };
+    constexpr uint64_t kMnStep = 2048 >> 4;
+    constexpr uint64_t kStage = Tr::kTileQ >> 4;
+    constexpr uint32_t kBuf = 2 * Tr::kTileP;  // one P^T / dS^T buffer: P^T, then dS^T
+    const uint64_t dK_a = sm90::smem_desc(sK, 16, 1024);                 // A of S^T: all 64 keys
+    const uint64_t dV_a = sm90::smem_desc(sV, 16, 1024);                 // A of dP^T
+    const uint64_t dQ_b = sm90::smem_desc(sQ + wrow0 * 128, 16, 1024);   // B of S^T: this warpgroup's rows
+    const uint64_t ddO_b = sm90::smem_desc(sdO + wrow0 * 128, 16, 1024);  // B of dP^T
+    const uint32_t col_off = cw * (NC / 64) * BM * 128;                  // this warpgroup's columns
+    const uint64_t ddO_mn = sm90::smem_desc(sdO + col_off, BM * 128, 1024);  // B of dV (MN-major)
+    const uint64_t dQ_mn = sm90::smem_desc(sQ + col_off, BM * 128, 1024);    // B of dK
+    const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);             // B of dQ
+    const uint64_t dPt_a = sm90::smem_desc(sdS, 16, 1024);                  // A of dV (K-major)
+    const uint64_t ddSt_a = sm90::smem_desc(sdS + Tr::kTileP, 16, 1024);    // A of dK
+    const uint64_t ddSt_mn = sm90::smem_desc(sdS + Tr::kTileP, BN * 128, 1024);  // A of dQ (MN-major)
 
-  // Consumers: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
-  // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
-  const int cw = wg - 1;
-  const int wq = warp & 3;
-  const int g = lane >> 2, t = lane & 3;
-  const int wkey0 = cw * 64;
+    float dv[NC / 2], dk[NC / 2];
+#pragma unroll
+    for (int i = 0; i < NC / 2; ++i) dv[i] = dk[i] = 0.f;
 
-  // Descriptors (as the cp.async kernel's). K-major: 8-row groups 1024 bytes apart, k-step ks at
-  // column block ks / 4, byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
-  // blocks rows x 128 bytes apart.
-  auto kstep = [](int ks, int rows) -> uint64_t {
-    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-  };
-  constexpr uint64_t kMnStep = 2048 >> 4;
-  constexpr uint64_t kStage = Tr::kTileQ >> 4;
-  constexpr uint64_t kDsBuf = Tr::kTileP >> 4;
-  const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);  // A of S^T: this warpgroup's keys
-  const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);  // A of dP^T
-  const uint64_t dQ_b = sm90::smem_desc(sQ, 16, 1024);                // B of S^T: the 64 rows
-  const uint64_t ddO_b = sm90::smem_desc(sdO, 16, 1024);              // B of dP^T
-  const uint64_t ddS_mn = sm90::smem_desc(sdS, BN * 128, 1024);       // A of dQ (MN-major)
-  const uint64_t ddO_mn = sm90::smem_desc(sdO, BM * 128, 1024);       // B of dV (MN-major)
-  const uint64_t dQ_mn = sm90::smem_desc(sQ, BM * 128, 1024);         // B of dK (MN-major)
-  const int colq = cw * NQ;                                           // first dQ column
-  const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
-  // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4) in buffer 0.
-  float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
-
-  float dv[W / 2], dk[W / 2];
-#pragma unroll
-  for (int i = 0; i < W / 2; ++i) dv[i] = dk[i] = 0.f;
-
-  auto release = [&](uint32_t bar) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
-  const int key_l = wkey0 + wq * 16 + g, row_l = 2 * t;  // this lane's first key and row
-  // Block it's dQ share into buffer it % 2, once the writer has read block it-2's image out of it.
-  auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
-    const int d = it & 1;
-    if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
-    float* const dst = sdq_warp + d * (Tr::kTileDq / 4);
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-      for (int nt = 0; nt < NQ / 8; nt += 2)
-        *reinterpret_cast<float4*>(dst + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
-            make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
-    sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
-    release(bar_dqf + 8 * d);
-  };
-  auto issue_dvdk = [&](uint32_t (&x)[BM / 16][4], float* acc, uint64_t b_desc) {
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) sm90::Wgmma<T, W>::rs(acc, x[kk], b_desc + kk * kMnStep, 1);
-  };
-  // The A fragments of dV / dK from the S^T / dP^T-shaped accumulators (adjacent n8 tiles).
-  auto pack_a = [&](const float (&x)[BM / 8][4], uint32_t (&y)[BM / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      y[kk][0] = pack2<T>(x[2 * kk][0], x[2 * kk][1]);
-      y[kk][1] = pack2<T>(x[2 * kk][2], x[2 * kk][3]);
-      y[kk][2] = pack2<T>(x[2 * kk + 1][0], x[2 * kk + 1][1]);
-      y[kk][3] = pack2<T>(x[2 * kk + 1][2], x[2 * kk + 1][3]);
-    }
-  };
-
-  // S^T and dP^T of block it: this warpgroup's 64 keys x the 64 rows, in one wgmma group or (two,
-  // a constant at each call) one group each.
-  auto issue_sdp = [&](bool two, int st, float (&s)[BM / 8][4], float (&dp)[BM / 8][4]) {
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
-    if (two) sm90::wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
-    sm90::wgmma_commit();
-  };
-  // The end of block it (dV / dK in flight, dS^T written): once both warpgroups' dS^T are in
-  // shared memory, dQ share = dS K_j for this warpgroup's columns over all 128 keys; when every
-  // product is done, the stage goes back to the producer and the share into its dQ buffer.
-  auto finish = [&](int it, int st, int db, uint32_t (&pa)[BM / 16][4], uint32_t (&dsa)[BM / 16][4]) {
-    sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
-    sm90::wgmma_fence();
-    float dq[NQ / 2];
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::reg_fence<NQ / 2>(dq);
-    sm90::reg_fence<W / 2>(dv);
-    sm90::reg_fence<W / 2>(dk);
-    sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-    sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-    release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
-    store_dq(dq, it);
-  };
-
-  // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
-  // and dS^T together, dV / dK, dQ.
-  auto walk_plain = [&]() {
+    mbar_wait(bar_kv, 0);
     for (int it = 0; it < total; ++it) {
-      const int st = it % S;
-      const int db = it & 1;  // dS^T buffer
+      const int st = it & 1;
+      const uint32_t buf = st * kBuf;
       const int row0 = row0_of(it);
-      mbar_wait(bar_qf + 8 * st, (it / S) & 1);
-      float s[BM / 8][4], dp[BM / 8][4];
-      issue_sdp(false, st, s, dp);
+      mbar_wait(bar_qf + 8 * st, (it >> 1) & 1);
+      float s[NS / 8][4], dp[NS / 8][4];
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, NS>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, NS>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+      sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
-      sm90::reg_fence<BM / 2>(&s[0][0]);
-      sm90::reg_fence<BM / 2>(&dp[0][0]);
-      sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
-                                 Nk, key0, BN, row0, BM, key_l, row_l);
-      sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-      // dV += P^T dO, dK += dS^T Q.
-      uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-      pack_a(s, pa);
-      pack_a(dp, dsa);
+      sm90::reg_fence<NS / 2>(&s[0][0]);
+      sm90::reg_fence<NS / 2>(&dp[0][0]);
+      sm90_bwd_pds<T, NS, true>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + buf + Tr::kTileP,
+                                smem + Tr::kOffDs + buf, Nq, Nk, key0, BN, row0, BM, wq * 16 + g, wrow0 + 2 * t);
+      sm90::fence_proxy_async_smem();  // P^T, dS^T for both warpgroups' products
+      sm90::named_bar_sync(1, 256);
       sm90::wgmma_fence();
-      issue_dvdk(pa, dv, ddO_mn + st * kStage);
-      issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + (buf >> 4) + kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
       sm90::wgmma_commit();
-      finish(it, st, db, pa, dsa);
+#pragma unroll
+      for (int c = 0; c < NC / QC; ++c) {
+        const int colq = cw * NC + c * QC;  // first dQ column of this chunk
+        float dq[QC / 2];
+        // The chunk's accumulators may sit in the registers the previous chunk's shared-memory
+        // stores still read: the fence orders those reads before the wgmmas write them.
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+          sm90::Wgmma<T, QC>::template ss<1, 1>(
+              dq, ddSt_mn + (buf >> 4) + kk * kMnStep,
+              dK_mn + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4) + kk * kMnStep, kk > 0);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();  // (chunk 0: also dV / dK, the last readers of this warpgroup's columns)
+        sm90::reg_fence<QC / 2>(dq);
+        // Warp wq's 16 x QC tile in the workspace's fragment order (the cp.async kernel's reductions).
+        float* const dst = reinterpret_cast<float*>(smem + (c ? Tr::kOffDo : Tr::kOffQ) + st * Tr::kTileQ +
+                                                    cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4));
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+          for (int nt = 0; nt < QC / 8; nt += 2)
+            *reinterpret_cast<float4*>(dst + (((hr * (QC / 8) + nt) / 2) * 32 + lane) * 4) =
+                make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr],
+                            dq[4 * (nt + 1) + 2 * hr + 1]);
+      }
+      sm90::reg_fence<NC / 2>(dv);
+      sm90::reg_fence<NC / 2>(dk);
+      sm90::fence_proxy_async_smem();  // for the writer's bulk reductions
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_dqf + 8 * st);
     }
-  };
+    // Epilogue: dK (times scale) and dV, this lane's keys wq*16 + g (+8), columns NC cw + 8j + 2t.
+    sm90_bwd_store_dkdv<T, NC>(a, dk, dv, b, hk, key0, Nk, wq * 16 + g, cw * NC + 2 * t);
+  } else {
 
-  // Overlapped walk (no score modifier): P^T is computed while dP^T is in flight and dS^T while
-  // dV += P^T dO is. (Issuing block i+1's S^T / dP^T before block i's dQ goes out leaves wgmmas in
-  // flight across the loop's back edge, and ptxas then serialises every wgmma of the kernel: 35%
-  // slower; bench/NOTES-bwd.md.)
-  auto walk_overlapped = [&]() {
-    for (int it = 0; it < total; ++it) {
-      const int st = it % S;
-      const int db = it & 1;
-      const int row0 = row0_of(it);
-      mbar_wait(bar_qf + 8 * st, (it / S) & 1);
-      float s[BM / 8][4], dp[BM / 8][4];
-      uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-      issue_sdp(true, st, s, dp);
-      sm90::wgmma_wait<1>();  // S^T
-      sm90::reg_fence<BM / 2>(&s[0][0]);
-      sm90_bwd_p<BM>(a, s, sL + st * BM, Nq, Nk, key0, BN, row0, BM, key_l, row_l);
-      pack_a(s, pa);
+    // Consumers: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
+    // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
+    const int cw = wg - 1;
+    const int wq = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int wkey0 = cw * 64;
+
+    // Descriptors (as the cp.async kernel's). K-major: 8-row groups 1024 bytes apart, k-step ks at
+    // column block ks / 4, byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
+    // blocks rows x 128 bytes apart.
+    auto kstep = [](int ks, int rows) -> uint64_t {
+      return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+    };
+    constexpr uint64_t kMnStep = 2048 >> 4;
+    constexpr uint64_t kStage = Tr::kTileQ >> 4;
+    constexpr uint64_t kDsBuf = Tr::kTileP >> 4;
+    const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);  // A of S^T: this warpgroup's keys
+    const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);  // A of dP^T
+    const uint64_t dQ_b = sm90::smem_desc(sQ, 16, 1024);                // B of S^T: the 64 rows
+    const uint64_t ddO_b = sm90::smem_desc(sdO, 16, 1024);              // B of dP^T
+    const uint64_t ddS_mn = sm90::smem_desc(sdS, BN * 128, 1024);       // A of dQ (MN-major)
+    const uint64_t ddO_mn = sm90::smem_desc(sdO, BM * 128, 1024);       // B of dV (MN-major)
+    const uint64_t dQ_mn = sm90::smem_desc(sQ, BM * 128, 1024);         // B of dK (MN-major)
+    const int colq = cw * NQ;                                           // first dQ column
+    const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
+    // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4) in buffer 0.
+    float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
+
+    float dv[W / 2], dk[W / 2];
+#pragma unroll
+    for (int i = 0; i < W / 2; ++i) dv[i] = dk[i] = 0.f;
+
+    auto release = [&](uint32_t bar) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
+    };
+    const int key_l = wkey0 + wq * 16 + g, row_l = 2 * t;  // this lane's first key and row
+    // Block it's dQ share into buffer it % 2, once the writer has read block it-2's image out of it.
+    auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
+      const int d = it & 1;
+      if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
+      float* const dst = sdq_warp + d * (Tr::kTileDq / 4);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int nt = 0; nt < NQ / 8; nt += 2)
+          *reinterpret_cast<float4*>(dst + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
+              make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
+      sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+      release(bar_dqf + 8 * d);
+    };
+    auto issue_dvdk = [&](uint32_t (&x)[BM / 16][4], float* acc, uint64_t b_desc) {
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk) sm90::Wgmma<T, W>::rs(acc, x[kk], b_desc + kk * kMnStep, 1);
+    };
+    // The A fragments of dV / dK from the S^T / dP^T-shaped accumulators (adjacent n8 tiles).
+    auto pack_a = [&](const float (&x)[BM / 8][4], uint32_t (&y)[BM / 16][4]) {
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk) {
+        y[kk][0] = pack2<T>(x[2 * kk][0], x[2 * kk][1]);
+        y[kk][1] = pack2<T>(x[2 * kk][2], x[2 * kk][3]);
+        y[kk][2] = pack2<T>(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+        y[kk][3] = pack2<T>(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+      }
+    };
+
+    // S^T and dP^T of block it: this warpgroup's 64 keys x the 64 rows, in one wgmma group or (two,
+    // a constant at each call) one group each.
+    auto issue_sdp = [&](bool two, int st, float (&s)[BM / 8][4], float (&dp)[BM / 8][4]) {
       sm90::wgmma_fence();
-      issue_dvdk(pa, dv, ddO_mn + st * kStage);
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+      if (two) sm90::wgmma_commit();
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
       sm90::wgmma_commit();
-      sm90::wgmma_wait<1>();  // dP^T (dV may still run)
-      sm90::reg_fence<BM / 2>(&dp[0][0]);
-      sm90_bwd_ds<T, BM>(s, dp, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, key_l, row_l);
-      sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-      pack_a(dp, dsa);
+    };
+    // The end of block it (dV / dK in flight, dS^T written): once both warpgroups' dS^T are in
+    // shared memory, dQ share = dS K_j for this warpgroup's columns over all 128 keys; when every
+    // product is done, the stage goes back to the producer and the share into its dQ buffer.
+    auto finish = [&](int it, int st, int db, uint32_t (&pa)[BM / 16][4], uint32_t (&dsa)[BM / 16][4]) {
+      sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
       sm90::wgmma_fence();
-      issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+      float dq[NQ / 2];
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
       sm90::wgmma_commit();
-      finish(it, st, db, pa, dsa);
-    }
-  };
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence<NQ / 2>(dq);
+      sm90::reg_fence<W / 2>(dv);
+      sm90::reg_fence<W / 2>(dk);
+      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+      release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
+      store_dq(dq, it);
+    };
 
-  mbar_wait(bar_kv, 0);
-  if constexpr (kWalk == 0) walk_plain();
-  else walk_overlapped();
+    // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
+    // and dS^T together, dV / dK, dQ.
+    auto walk_plain = [&]() {
+      for (int it = 0; it < total; ++it) {
+        const int st = it % S;
+        const int db = it & 1;  // dS^T buffer
+        const int row0 = row0_of(it);
+        mbar_wait(bar_qf + 8 * st, (it / S) & 1);
+        float s[BM / 8][4], dp[BM / 8][4];
+        issue_sdp(false, st, s, dp);
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<BM / 2>(&s[0][0]);
+        sm90::reg_fence<BM / 2>(&dp[0][0]);
+        sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
+                                   Nk, key0, BN, row0, BM, key_l, row_l);
+        sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
+        // dV += P^T dO, dK += dS^T Q.
+        uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+        pack_a(s, pa);
+        pack_a(dp, dsa);
+        sm90::wgmma_fence();
+        issue_dvdk(pa, dv, ddO_mn + st * kStage);
+        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+        sm90::wgmma_commit();
+        finish(it, st, db, pa, dsa);
+      }
+    };
 
-  // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
-  sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
+    // Overlapped walk (no score modifier): P^T is computed while dP^T is in flight and dS^T while
+    // dV += P^T dO is. (Issuing block i+1's S^T / dP^T before block i's dQ goes out leaves wgmmas in
+    // flight across the loop's back edge, and ptxas then serialises every wgmma of the kernel: 35%
+    // slower; bench/NOTES-bwd.md.)
+    auto walk_overlapped = [&]() {
+      for (int it = 0; it < total; ++it) {
+        const int st = it % S;
+        const int db = it & 1;
+        const int row0 = row0_of(it);
+        mbar_wait(bar_qf + 8 * st, (it / S) & 1);
+        float s[BM / 8][4], dp[BM / 8][4];
+        uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+        issue_sdp(true, st, s, dp);
+        sm90::wgmma_wait<1>();  // S^T
+        sm90::reg_fence<BM / 2>(&s[0][0]);
+        sm90_bwd_p<BM>(a, s, sL + st * BM, Nq, Nk, key0, BN, row0, BM, key_l, row_l);
+        pack_a(s, pa);
+        sm90::wgmma_fence();
+        issue_dvdk(pa, dv, ddO_mn + st * kStage);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // dP^T (dV may still run)
+        sm90::reg_fence<BM / 2>(&dp[0][0]);
+        sm90_bwd_ds<T, BM>(s, dp, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, key_l, row_l);
+        sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
+        pack_a(dp, dsa);
+        sm90::wgmma_fence();
+        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+        sm90::wgmma_commit();
+        finish(it, st, db, pa, dsa);
+      }
+    };
+
+    mbar_wait(bar_kv, 0);
+    if constexpr (kWalk == 0) walk_plain();
+    else walk_overlapped();
+
+    // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
+    sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
+  }
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
 #endif

@@ -188,8 +188,12 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
   // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).
-  const int walk = a.softcap > 0.f ? 0 : ta.overlap >= 0 ? ta.overlap : W == 128 ? 1 : 0;
-  const auto kernel = walk == 1 ? &bwd_kernel_sm90_ws<Tr, 1> : &bwd_kernel_sm90_ws<Tr, 0>;
+  // The row split (W 256) has one walk.
+  const int walk = Tr::kRowSplit || a.softcap > 0.f ? 0 : ta.overlap >= 0 ? ta.overlap : W == 128 ? 1 : 0;
+  auto kernel = &bwd_kernel_sm90_ws<Tr, 0>;
+  if constexpr (!Tr::kRowSplit) {
+    if (walk == 1) kernel = &bwd_kernel_sm90_ws<Tr, 1>;
+  }
   const void* kp = reinterpret_cast<const void*>(kernel);
   const fa_status st = walk == 1 ? bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes) : bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes);
   if (st != FA_OK) return st;

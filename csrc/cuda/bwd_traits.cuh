@@ -197,21 +197,35 @@ struct Sm90BwdTraits {
   static_assert(kBwdRowPad % kBlockM == 0, "row blocks tile the padded lse2/dsum rows");
 };
 
-// The warp-specialised Hopper kernel (bwd_kernel_sm90_ws.cuh): the key split of Sm90BwdTraits
-// (128 keys, 64 per consumer warpgroup, 64-row query blocks) with a producer warpgroup.
+// The warp-specialised Hopper kernel (bwd_kernel_sm90_ws.cuh): the two splits of Sm90BwdTraits
+// with a producer warpgroup and two consumer warpgroups.
+//   key split (W 64, 128): 128 keys per block, 64 per consumer warpgroup; dQ images of a row block
+//     in two buffers of their own.
+//   row split (W 256): 64 keys per block; consumer warpgroup w owns rows [32w, 32w + 32) of S^T /
+//     dP^T and columns [128w, 128w + 128) of dK / dV / dQ; P^T and dS^T in two buffers of both;
+//     no dQ buffer (227 KB hold K, V, two Q / dO stages and the P^T / dS^T buffers, 224 KB): each
+//     warpgroup puts its dQ share into its own columns of the stage's Q and dO tiles, which only its
+//     own dV / dK products read once both warpgroups have passed the block's barrier, and the
+//     stage goes back to the producer when the dQ writer's reduce-adds have read it.
 template <typename T_, int kHeadDim_>
 struct Sm90BwdWsTraits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;   // query rows per block i
-  static constexpr int kBlockN = 128;  // keys per thread block, 64 per consumer warpgroup
+  static constexpr bool kRowSplit = kHeadDim == 256;
+  static constexpr int kBlockM = 64;                       // query rows per block i
+  static constexpr int kBlockN = kRowSplit ? 64 : 128;     // keys per thread block
   static constexpr int kColBlocks = kHeadDim / 64;
-  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;  // Q / dO ring depth
-  static constexpr int kTileKV = kBlockN * kHeadDim * 2;  // K or V (bytes)
-  static constexpr int kTileQ = kBlockM * kHeadDim * 2;   // one stage of Q or dO
-  static constexpr int kTileP = kBlockN * kBlockM * 2;    // one dS^T buffer, [key][row]
-  static constexpr int kTileDq = kBlockM * kHeadDim * 4;  // the fp32 dQ image of a row block (two buffers)
-  static constexpr int kDqCols = kHeadDim / 2;            // dQ columns per consumer warpgroup
+  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;   // Q / dO ring depth
+  static constexpr int kTileKV = kBlockN * kHeadDim * 2;   // K or V (bytes)
+  static constexpr int kTileQ = kBlockM * kHeadDim * 2;    // one stage of Q or dO
+  static constexpr int kTileP = kBlockN * kBlockM * 2;     // one P^T or dS^T tile, [key][row]
+  static constexpr int kNumP = kRowSplit ? 2 : 1;          // per buffer: dS^T (and, row split, P^T)
+  static constexpr int kTileDq = kBlockM * kHeadDim * 4;   // the fp32 dQ image of a row block
+  static constexpr int kDqBufs = kRowSplit ? 0 : 2;        // its own buffers (row split: in the stage)
+  static constexpr int kDqCols = kHeadDim / 2;             // dQ columns per consumer warpgroup
+  static constexpr int kDqChunk = Sm90BwdTraits<T_, kHeadDim_>::kDqChunk;  // dQ columns per wgmma
+  static constexpr int kSRows = kRowSplit ? kBlockM / 2 : kBlockM;         // S^T columns per warpgroup
+  static constexpr int kCols = kRowSplit ? kHeadDim / 2 : kHeadDim;        // dK / dV columns per warpgroup
   static constexpr int kThreads = 384;
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   // Shared memory, from a 1024-byte aligned base (tiles first, each a whole number of swizzle atoms).
@@ -219,15 +233,18 @@ struct Sm90BwdWsTraits {
   static constexpr int kOffV = kOffK + kTileKV;
   static constexpr int kOffQ = kOffV + kTileKV;
   static constexpr int kOffDo = kOffQ + kStages * kTileQ;
-  static constexpr int kOffDs = kOffDo + kStages * kTileQ;
-  static constexpr int kOffDq = kOffDs + 2 * kTileP;
-  static constexpr int kOffL = kOffDq + 2 * kTileDq;       // lse2 slices [kStages][kBlockM]
+  static constexpr int kOffDs = kOffDo + kStages * kTileQ;  // buffer d: [P^T (row split)] dS^T
+  static constexpr int kOffDq = kOffDs + 2 * kNumP * kTileP;
+  static constexpr int kOffL = kOffDq + kDqBufs * kTileDq;     // lse2 slices [kStages][kBlockM]
   static constexpr int kOffD = kOffL + kStages * kBlockM * 4;  // dsum slices
   static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;
-  // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full x 2, dQ empty x 2.
+  // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full x 2, dQ empty x 2 (the row
+  // split's dQ full barriers are per stage: kStages == 2 there).
   static constexpr int kSmemBytes = 1024 + kOffBar + 8 * (5 + 2 * kStages);
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "tiles 64 and 128 (the key split of Sm90BwdTraits)");
-  static_assert(kDqCols == Sm90BwdTraits<T_, kHeadDim_>::kDqChunk, "the dQ placement of the cp.async kernel");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "tiles 64, 128 and 256");
+  static_assert(kRowSplit || kDqCols == kDqChunk, "the dQ placement of the cp.async kernel");
+  static_assert(!kRowSplit || (kStages == 2 && kDqCols == 2 * kDqChunk && kBlockM * kDqChunk * 4 == kTileQ / 2),
+                "row split: a warpgroup's two dQ chunks fill its columns of a stage's Q and dO tiles");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= (65536 / kThreads) / 8 * 8 * kThreads,
                 "register split over the launch allocation");
