@@ -121,7 +121,8 @@ inline int64_t bwd_ws_rows_packed(int total_q, int batch) {
 }
 
 // The warp-specialised Hopper kernel's arguments (bwd_kernel_sm90_ws.cuh): Q, dO (boxes of 64 rows)
-// and K, V (boxes of 128 keys) as tensor maps (tma_maps.h), then the common block.
+// and K, V (boxes of a key block: 128 keys, 64 at W 256) as tensor maps (tma_maps.h), then the
+// common block.
 struct BwdTmaArgs {
   CUtensorMap tq, tdo, tk, tv;
   BwdArgs a;
@@ -144,7 +145,7 @@ fa_status run_bwd_sm90(BwdArgs args, cudaStream_t stream);
 
 // bwd_sm90ws_<dtype>_hdim<W>.cu: the warp-specialised Hopper main kernel (TMA loads, dQ through
 // shared memory and bulk reduce-adds, same dQ placement as run_bwd_sm90); dense fp16 / bf16 calls
-// in atomic mode, W = 64 and 128.
+// in both modes, W = 64, 128 and 256.
 template <typename T, int kHeadDim>
 fa_status run_bwd_sm90_ws(BwdTmaArgs args, cudaStream_t stream);
 

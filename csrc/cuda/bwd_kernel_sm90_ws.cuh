@@ -1,9 +1,10 @@
 // FlashAttention backward main kernel on Hopper (sm_90a), warp-specialised: the TMA mainloop beside
 // the cp.async one of bwd_kernel_sm90.cuh, for dense fp16 / bf16 calls (packed sequences keep the
 // cp.async kernel), in both modes: the deterministic one orders the dQ writer's adds into each row
-// block by key block (bwd_det_rank). Two kernels share the producer and the dQ writer: the key
-// split at head-dim tiles 64 and 128 (bwd_kernel_sm90_ws, described here) and the row split at 256
-// (bwd_kernel_sm90_ws_rows, further down).
+// block by key block (bwd_det_rank). One kernel, two ways of splitting the work that share the
+// producer and the dQ writer (bwd_ws_load, bwd_ws_write_dq): the key split at head-dim tiles 64 and
+// 128, described here, and the row split at 256 (Sm90BwdWsTraits::kRowSplit: 64 keys per block; its
+// consumers' comment in the kernel says how it differs).
 //
 // One thread block per (key block j of 128 keys, kv head, batch), 384 threads: a producer warpgroup
 // and two consumer warpgroups. The block walks the 64-row query blocks i of every query head of the
