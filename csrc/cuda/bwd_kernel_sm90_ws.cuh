@@ -35,6 +35,19 @@
 namespace fa {
 namespace cuda {
 
+// One warp's m64nN dQ accumulator tile (its 16 rows x N columns) stored to shared memory at dst in
+// the workspace's fragment order (DqLayout perm, vec 4: the order of the cp.async kernel's 16-byte
+// reductions), so that a bulk reduce-add of the whole tile lands every value in place.
+template <int N>
+__device__ __forceinline__ void bwd_ws_stage_dq(float* dst, const float (&dq)[N / 2], int lane) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+    for (int nt = 0; nt < N / 8; nt += 2)
+      *reinterpret_cast<float4*>(dst + (((hr * (N / 8) + nt) / 2) * 32 + lane) * 4) =
+          make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
+}
+
 // Producer warp 0, one thread: K_j and V_j once, then per block it of the walk Q_i and dO_i as
 // tensor-map copies and the lse2 / dsum slices as bulk copies into stage it % S of the ring; fill
 // it waits for the release of fill it - S on the stage's "empty" mbarrier. Block it is query head
@@ -200,6 +213,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     return;
   }
   sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
+  // Consumers (both splits): warpgroup cw, warp wq of it; descriptors as the cp.async kernel's.
+  // K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4, byte 32 (ks % 4).
+  // MN-major: 16 k-rows = 2048 bytes per k-step, 64-column blocks rows x 128 bytes apart.
+  const int cw = wg - 1;
+  const int wq = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+  auto kstep = [](int ks, int rows) -> uint64_t {
+    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  };
+  constexpr uint64_t kMnStep = 2048 >> 4;
+  constexpr uint64_t kStage = Tr::kTileQ >> 4;
   if constexpr (Tr::kRowSplit) {
     // Row split (W 256): warpgroup cw owns rows [NS cw, NS cw + NS) of S^T / dP^T (all 64 keys) and
     // columns [NC cw, NC cw + NC) of dK / dV / dQ; warp wq of it the keys 16 wq.. of S^T and the
@@ -214,15 +238,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // block it has passed block it-1's barrier, which the other reaches only after its products of
     // block it-2 (the readers of buffer db) are complete.
     constexpr int NS = Tr::kSRows, NC = Tr::kCols, QC = Tr::kDqChunk;
-    const int cw = wg - 1;
-    const int wq = warp & 3;
-    const int g = lane >> 2, t = lane & 3;
     const int wrow0 = cw * NS;
-    auto kstep = [](int ks, int rows) -> uint64_t {
-      return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-    };
-    constexpr uint64_t kMnStep = 2048 >> 4;
-    constexpr uint64_t kStage = Tr::kTileQ >> 4;
     constexpr uint32_t kBuf = 2 * Tr::kTileP;  // one P^T / dS^T buffer: P^T, then dS^T
     const uint64_t dK_a = sm90::smem_desc(sK, 16, 1024);                 // A of S^T: all 64 keys
     const uint64_t dV_a = sm90::smem_desc(sV, 16, 1024);                 // A of dP^T
@@ -285,16 +301,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::wgmma_commit();
         sm90::wgmma_wait<0>();  // (chunk 0: also dV / dK, the last readers of this warpgroup's columns)
         sm90::reg_fence<QC / 2>(dq);
-        // Warp wq's 16 x QC tile in the workspace's fragment order (the cp.async kernel's reductions).
-        float* const dst = reinterpret_cast<float*>(smem + (c ? Tr::kOffDo : Tr::kOffQ) + st * Tr::kTileQ +
-                                                    cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4));
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-          for (int nt = 0; nt < QC / 8; nt += 2)
-            *reinterpret_cast<float4*>(dst + (((hr * (QC / 8) + nt) / 2) * 32 + lane) * 4) =
-                make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr],
-                            dq[4 * (nt + 1) + 2 * hr + 1]);
+        // Warp wq's 16 x QC tile, in its warpgroup's columns of the stage's Q (c = 0) or dO tile.
+        bwd_ws_stage_dq<QC>(reinterpret_cast<float*>(smem + (c ? Tr::kOffDo : Tr::kOffQ) + st * Tr::kTileQ +
+                                                     cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4)),
+                            dq, lane);
       }
       sm90::reg_fence<NC / 2>(dv);
       sm90::reg_fence<NC / 2>(dk);
@@ -305,22 +315,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // Epilogue: dK (times scale) and dV, this lane's keys wq*16 + g (+8), columns NC cw + 8j + 2t.
     sm90_bwd_store_dkdv<T, NC>(a, dk, dv, b, hk, key0, Nk, wq * 16 + g, cw * NC + 2 * t);
   } else {
-
-    // Consumers: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
+    // Key split: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
     // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
-    const int cw = wg - 1;
-    const int wq = warp & 3;
-    const int g = lane >> 2, t = lane & 3;
     const int wkey0 = cw * 64;
-
-    // Descriptors (as the cp.async kernel's). K-major: 8-row groups 1024 bytes apart, k-step ks at
-    // column block ks / 4, byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
-    // blocks rows x 128 bytes apart.
-    auto kstep = [](int ks, int rows) -> uint64_t {
-      return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-    };
-    constexpr uint64_t kMnStep = 2048 >> 4;
-    constexpr uint64_t kStage = Tr::kTileQ >> 4;
     constexpr uint64_t kDsBuf = Tr::kTileP >> 4;
     const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);  // A of S^T: this warpgroup's keys
     const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);  // A of dP^T
@@ -347,13 +344,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
       const int d = it & 1;
       if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
-      float* const dst = sdq_warp + d * (Tr::kTileDq / 4);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-        for (int nt = 0; nt < NQ / 8; nt += 2)
-          *reinterpret_cast<float4*>(dst + (((hr * (NQ / 8) + nt) / 2) * 32 + lane) * 4) =
-              make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
+      bwd_ws_stage_dq<NQ>(sdq_warp + d * (Tr::kTileDq / 4), dq, lane);
       sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
       release(bar_dqf + 8 * d);
     };
