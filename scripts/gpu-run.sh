@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|trace|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -13,11 +13,17 @@ T0=$(date +%s); el() { echo "($(( $(date +%s) - T0 )) s)"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader
 # The addons of an A/B step: this tree's (side a) and each of AB_ADDON (.node files or xz's of them:
 # sides b1, b2, ...) under /tmp/addon-<side>.node; sets $sides.
+# An entry env:VAR=v[,VAR2=w] is this tree's addon run with those variables set (runtime switches).
+declare -A side_env
 ab_sides() {
   sides="a"; local n=0 f
   cp build/Release/flash_attention_node.node /tmp/addon-a.node
   for f in ${AB_ADDON:-}; do
     n=$((n + 1))
+    case "$f" in env:*)
+      cp /tmp/addon-a.node /tmp/addon-b$n.node; side_env[b$n]="${f#env:}"; side_env[b$n]="${side_env[b$n]//,/ }"
+      sides="$sides b$n"; echo "b$n = this tree with ${side_env[b$n]}"; continue ;;
+    esac
     [ -f "$f" ] || { echo "$1: $f not found"; continue; }
     case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
     sides="$sides b$n"; echo "b$n = $f"
@@ -140,7 +146,7 @@ for s in $steps; do
         cp /tmp/addon-$side.node build/Release/flash_attention_node.node
         cmp=""; [ $side$round = a1 ] && [ "${AB_TORCH:-1}" = 1 ] && cmp="--compare torch"
         echo "-- $side (round $round) $(el)"
-        timeout ${AB_TIMEOUT:-150} node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/$tag-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
+        timeout ${AB_TIMEOUT:-150} env ${side_env[$side]:-} node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/$tag-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
       done; done | tee "$OUT/$tag.log"
       cp /tmp/addon-a.node build/Release/flash_attention_node.node ;;
     pdl-racecheck)
@@ -192,6 +198,51 @@ for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/
       kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null
       cp /tmp/clock-smi.log /tmp/clock-runs.jsonl "$OUT/" 2>/dev/null
       python3 scripts/clock-summary.py /tmp/clock-smi.log /tmp/clock-runs.jsonl | tee "$OUT/clock.md" ;;
+    cudnn-prof)
+      # Issue 12: ncu on ours and on cuDNN's SDPA kernels for the same cells (PROF_CELLS
+      # "dir:dtype:D:N:causal ..."): launch configuration, registers, shared memory, duration and
+      # clock, instruction counts per pipe, shared-memory wavefronts, warp states; one call each
+      # (forward: its kernel; backward: ours the preprocess / main / convert kernels, cuDNN's
+      # forward and backward kernels of one training step).
+      if command -v ncu > /dev/null; then
+        sec="--section LaunchStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy"
+        met="--metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,regex:^smsp__inst_executed_pipe_[a-z_]+\.sum$,regex:^sm__pipe_[a-z_]+_cycles_active\.avg\.pct_of_peak_sustained_active$,regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$"
+        for cell in ${PROF_CELLS:-fwd:float16:128:4096:0 fwd:float16:64:512:1 fwd:float16:256:4096:0 bwd:float16:64:8192:0 bwd:float16:128:4096:0}; do
+          IFS=: read -r d dt hd n cz <<< "$cell"
+          tag="$d-$dt-$hd-$n-$cz"; cs=off; [ "$cz" = 1 ] && cs=on; dts=fp16; [ "$dt" = bfloat16 ] && dts=bf16
+          # (cuDNN's backward runs on autograd's thread, outside the NVTX range: taken by name)
+          if [ "$d" = fwd ]; then kn="regex:fwd_kernel_sm90_ws"; skip=3; cnt=1; sel="--nvtx --nvtx-include prof/ --launch-count 1"
+          else kn="regex:bwd_"; skip=6; cnt=3; sel="--kernel-name regex:bprop --launch-skip 3 --launch-count 1"; fi
+          timeout 120 ncu --clock-control none --kernel-name $kn --launch-skip $skip --launch-count $cnt $sec $met -f -o /tmp/prof-ours-$tag \
+            node dist/bench/cli.js --dir $d --dtype $dts --hdim $hd --seqlen $n --causal $cs --api-ms 1 --reps 2 --out /tmp/pp > /tmp/prof-ours-$tag.log 2>&1
+          echo "ours $tag: rc $? $(el)"
+          timeout 120 ncu --clock-control none $sel $sec $met -f -o /tmp/prof-cudnn-$tag \
+            python3 bench/prof_sdpa.py cudnn $d $dt $hd $n $cz 2 > /tmp/prof-cudnn-$tag.log 2>&1
+          echo "cudnn $tag: rc $? $(el)"
+          for who in ours cudnn; do
+            [ -f /tmp/prof-$who-$tag.ncu-rep ] || { tail -5 /tmp/prof-$who-$tag.log; continue; }
+            mkdir -p /tmp/prof-out
+            ncu -i /tmp/prof-$who-$tag.ncu-rep --page details > /tmp/prof-out/prof-$who-$tag-details.txt 2>&1
+            ncu -i /tmp/prof-$who-$tag.ncu-rep --page raw --csv > /tmp/prof-out/prof-$who-$tag-raw.csv 2>&1
+            grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Executed Instructions  |SM Frequency|Issue Slots Busy" /tmp/prof-out/prof-$who-$tag-details.txt | awk '{$1=$1; print}' | cut -c1-150
+          done
+        done
+        # one file back (the device returns a limited number of files)
+        tar czf "$OUT/cudnn-prof.tgz" -C /tmp prof-out
+      fi ;;
+    trace)
+      # FA_TRACE=1 addon (TRACE_ADDON: an xz of it): the per-tile and per-step splits of the
+      # warp-specialised forward (fwd_launch.cuh, ws_trace_report) on TRACE_CELLS "D:N:causal ..."
+      # (fp16), one process per cell; the tree's addon is put back afterwards.
+      cp build/Release/flash_attention_node.node /tmp/addon-keep.node
+      xz -dc "${TRACE_ADDON:?TRACE_ADDON}" > build/Release/flash_attention_node.node
+      for cell in ${TRACE_CELLS:-128:4096:0 128:1024:0 64:4096:0 256:4096:0 64:512:1}; do
+        IFS=: read -r hd n cz <<< "$cell"; cs=off; [ "$cz" = 1 ] && cs=on
+        echo "-- D$hd N$n causal $cs"
+        FA_WS_TRACE_EVERY=${TRACE_EVERY:-20} timeout 60 node dist/bench/cli.js --dir fwd --dtype fp16 --hdim $hd --seqlen $n \
+          --causal $cs --api-ms 20 --reps 30 --out /tmp/tr 2>&1 | grep -E "fa ws (step )?trace" | tail -4
+      done | tee "$OUT/trace.log"
+      cp /tmp/addon-keep.node build/Release/flash_attention_node.node ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;
     bench) node dist/bench/cli.js --compare torch ${BENCH_ARGS:---dir fwd,bwd --fp32 --overhead --deterministic --decode --varlen --serve} \
              --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v "^bench: [0-9]" | grep -v "^bench decode" ;;

@@ -39,6 +39,9 @@
 #ifndef FA_WS_SPLIT_O
 #define FA_WS_SPLIT_O 1  // CMake option FA_WS_SPLIT_O (default ON; OFF for comparisons): see Sm90WsTraits::kHalfO
 #endif
+#ifndef FA_WS_EXP2_POLY
+#define FA_WS_EXP2_POLY 0  // > 0: every FA_WS_EXP2_POLY-th n8 column tile's exponentials on the FMA pipe (online_softmax_step)
+#endif
 #ifndef FA_WS_QREG
 #define FA_WS_QREG 1  // CMake option FA_WS_QREG (default ON; OFF for comparisons): see Sm90WsTraits::kQReg
 #endif
@@ -174,6 +177,16 @@ static __device__ long long g_ws_trace[kTraceCtas][kTraceTiles][kTraceWgs][kTrac
     if ((threadIdx.x & 127) == 0 && blockIdx.x < kTraceCtas && (j) < kTraceTiles)                 \
       g_ws_trace[blockIdx.x][(j)][(cw)][(field)] = (value);                                       \
   } while (0)
+// The steady loop of each block's second tile (j == 1), key-block steps 1..kBTraceBlocks: clock64 at
+// the step's top, its K / V waits passed, its turn taken, its products issued (turn passed), S
+// done, the softmax done, P V done (fields 0-6), for fwd_launch.cuh's per-step split.
+constexpr int kBTraceBlocks = 16, kBTraceFields = 7;
+static __device__ long long g_ws_btrace[kTraceCtas][kBTraceBlocks][kTraceWgs][kBTraceFields];
+#define FA_WS_BMARK(j, it, cw, field, value)                                                      \
+  do {                                                                                            \
+    if ((threadIdx.x & 127) == 0 && blockIdx.x < kTraceCtas && (j) == 1 && (it) >= 1 && (it) <= kBTraceBlocks) \
+      g_ws_btrace[blockIdx.x][(it) - 1][(cw)][(field)] = (value);                                 \
+  } while (0)
 // clock64 read after `dep` is computed (a plain clock64() may be scheduled before it).
 __device__ __forceinline__ long long clock_after(uint32_t dep) {
   long long t;
@@ -183,6 +196,9 @@ __device__ __forceinline__ long long clock_after(uint32_t dep) {
 #else
 #define FA_WS_MARK(j, cw, field, value) \
   do {                                  \
+  } while (0)
+#define FA_WS_BMARK(j, it, cw, field, value) \
+  do {                                       \
   } while (0)
 #endif
 
@@ -472,7 +488,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     };
     auto mask_and_softmax = [&](int nb) {
       score_mod_and_mask<BN, false>(s, a, win, nb, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
-      online_softmax_step(s, row_max, row_sum, alpha, sl2);
+      online_softmax_step<1, BN / 8, FA_WS_EXP2_POLY>(s, row_max, row_sum, alpha, sl2);
     };
 
     // Ping-pong (ta.pingpong): the consumer warpgroups take turns issuing their products, in a ring
@@ -537,21 +553,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       int sn = sc + 1;
       uint32_t phn = phc;
       if (sn == S) sn = 0, phn ^= 1u;
+      FA_WS_BMARK(j, it, cw, 0, clock64());
       mbar_wait(bar_kf + 8 * sn, phn);
       mbar_wait(bar_vf + 8 * sc, phc);
       if (it == 1) zero_tail(sc);
+      FA_WS_BMARK(j, it, cw, 1, clock64());
       my_turn();
+      FA_WS_BMARK(j, it, cw, 2, clock64());
       sm90::wgmma_fence();
       issue_s(sn);
       issue_pv(sc, it > 1 ? 1 : 0);
       pass_turn();
+      FA_WS_BMARK(j, it, cw, 3, clock64());
       sm90::wgmma_wait<1>();
       sm90::reg_fence<BN / 2>(sf);
+      FA_WS_BMARK(j, it, cw, 4, clock_after(__float_as_uint(sf[0])));
       release(bar_ke + 8 * sn);
       if (q_early && it == n_blocks - 1) release(bar_qe);
       mask_and_softmax(n_max - 1 - it);
+      FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
       sm90::wgmma_wait<0>();
       sm90::reg_fence<D / 2>(of);
+      FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(of[0])));
       sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
       release(bar_ve + 8 * sc);
       // O *= alpha; skipped when no row of the warp moved its max (alpha exactly 1 then).

@@ -136,6 +136,33 @@ void ws_trace_report(cudaStream_t stream, void* trace) {
         if (j > 0 && h[c][j - 1][w][3] != 0) gap += double(t[0] - h[c][j - 1][w][3]), ++n_gap;
       }
   if (n == 0) return;
+  // The per-step split of the second tiles' steady steps (g_ws_btrace): means over the steps that
+  // have both their own marks and the next step's top.
+  static long long hb[kTraceCtas][kBTraceBlocks][kTraceWgs][kBTraceFields];
+  static void* btrace = trace_buffer(g_ws_btrace);
+  if (btrace != nullptr && trace_read(stream, btrace, hb, sizeof(hb), "fa ws block trace")) {
+    double d[kBTraceFields + 1] = {0};
+    long nd = 0;
+    for (int c = 0; c < kTraceCtas; ++c)
+      for (int w = 0; w < Tr::kConsumers; ++w)
+        for (int i = 0; i + 1 < kBTraceBlocks; ++i) {
+          const long long* t = hb[c][i][w];
+          const long long next = hb[c][i + 1][w][0];
+          bool ok = next != 0;
+          for (int f = 0; f < kBTraceFields; ++f) ok = ok && t[f] != 0;
+          if (!ok) continue;
+          ++nd;
+          for (int f = 0; f + 1 < kBTraceFields; ++f) d[f] += double(t[f + 1] - t[f]);
+          d[kBTraceFields - 1] += double(next - t[kBTraceFields - 1]);
+          d[kBTraceFields] += double(next - t[0]);
+        }
+    if (nd > 0)
+      fprintf(stderr,
+              "fa ws step trace: W %d, %d consumers, %d keys: %ld steps; cycles: K/V wait %.0f, turn wait %.0f, issue %.0f, "
+              "S wait %.0f, softmax %.0f, P V wait %.0f, rescale+pack+loop %.0f; period %.0f\n",
+              Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, nd, d[0] / nd, d[1] / nd, d[2] / nd, d[3] / nd, d[4] / nd,
+              d[5] / nd, d[6] / nd, d[7] / nd);
+  }
   const double per_block = steady_blocks > 0 ? steady / steady_blocks : 0;
   const double hand = n_gap ? gap / n_gap : 0, first = n_fill ? fill / n_fill : 0;
   const double extra = hand + first + epi / n - per_block;
@@ -188,7 +215,9 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   // read right after the reported one)
   static void* trace = trace_buffer(g_ws_trace);
   static std::atomic<int> launches{0};
+  static void* btrace = trace_buffer(g_ws_btrace);
   if (trace != nullptr) (void)cudaMemsetAsync(trace, 0, sizeof(g_ws_trace), stream);
+  if (btrace != nullptr) (void)cudaMemsetAsync(btrace, 0, sizeof(g_ws_btrace), stream);
 #endif
   ta.pdl = want_pdl && pdl_usable() ? 1 : 0;
   const cudaError_t err = launch_pdl_if(ta.pdl != 0, kernel, dim3(static_cast<unsigned>(grid)), dim3(Tr::kThreads), Tr::kSmemBytes, stream, ta);
