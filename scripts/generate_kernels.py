@@ -62,10 +62,12 @@ template fa_status run_fwd_decode<{ctype}, {width}>(DecodeArgs, cudaStream_t);
 
 
 def ws_instances(dtype, w, paged):
-    # W 64 has a two- and a three-consumer kernel, W 128 dense / packed 128- and 176-key tiles
-    # (fwd_api.cu chooses per call); keys per tile as sm90_ws_block_n in fwd_args.cuh otherwise.
+    # W 64 has a two- and a three-consumer kernel, W 128 dense / packed 128- and 176-key tiles,
+    # W 256 dense / packed 64- and 80-key tiles (fwd_api.cu chooses per call); keys per tile as
+    # sm90_ws_block_n in fwd_args.cuh otherwise.
     bn = 64 if w >= 192 else 128
-    shapes = [(2, bn), (3, bn)] if w == 64 else [(2, bn), (2, 176)] if w == 128 and paged == "false" else [(2, bn)]
+    shapes = ([(2, bn), (3, bn)] if w == 64 else [(2, bn), (2, 176)] if w == 128 and paged == "false"
+              else [(2, bn), (2, 80)] if w == 256 and paged == "false" else [(2, bn)])
     return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}, {n}>(FwdTmaArgs, cudaStream_t);\n"
                    for c, n in shapes)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes csrc/cuda/wgmma_ops.cuh: the inline-PTX wgmma.mma_async wrappers (m64nNk16, fp16 / bf16 in,
-fp32 accumulators) for N = 32, 64, 128, 176, 192, 256, in the two forms the sm_90 kernels use:
+fp32 accumulators) for N = 32, 64, 80, 128, 176, 192, 256, in the two forms the sm_90 kernels use:
   ss<TA, TB>: A and B from shared memory; TA / TB = 1 reads that operand MN-major (transpose bit)
   rs<TB>: A from registers, B from shared memory, MN-major (TB = 1, the default: V of O = P V) or
       K-major (TB = 0: K of S = Q K^T with Q held in registers)
@@ -13,7 +13,7 @@ import sys
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc", "cuda", "wgmma_ops.cuh")
 TYPES = {"__half": "f16", "__nv_bfloat16": "bf16"}
-NS = (32, 64, 128, 176, 192, 256)
+NS = (32, 64, 80, 128, 176, 192, 256)
 
 
 def macros():

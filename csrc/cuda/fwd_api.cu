@@ -154,6 +154,10 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       static const int bn176_min = env_int("FA_WS_BN176_MIN", 8192);
       // (A left-bounded window sees a few key blocks per tile, the short-key case where 176 loses.)
       const bool long_keys = W == 128 && !kPaged && !a.causal && a.window_left < 0 && bn176 && a.seqlen_k >= bn176_min;
+      // W 256, dense or packed: 80-key tiles with FA_WS_D256_BN=80 (FA3's choice there: S of 40
+      // registers, 20% fewer softmax rounds than 64 keys; O staged through Q's buffer).
+      static const int d256_bn = env_int("FA_WS_D256_BN", 64);
+      const bool keys80 = W == 256 && !kPaged && d256_bn == 80;
       FwdTmaArgs ta;
       ta.f = a;
       // Comparisons: FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS, FA_WS_PERSISTENT (0 / 1).
@@ -177,7 +181,7 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
 #endif
       // (the maps first: a call they refuse goes to the cp.async kernel with nothing queued)
       if (!(kPaged ? encode_paged_maps(a, W, three ? 192 : 128, &ta)
-                   : encode_dense_maps(a, long_keys ? 176 : sm90_ws_block_n(W), three ? 192 : 128, &ta)))
+                   : encode_dense_maps(a, long_keys ? 176 : keys80 ? 80 : sm90_ws_block_n(W), three ? 192 : 128, &ta)))
         return false;
       if (ta.ctas > 0) {
         const fa_status cs = stream_counters(s, 1, 2, &ta.tile_counter);
@@ -191,6 +195,8 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
         *st = three ? run_fwd_sm90_ws<T, W, 3, kPaged, BN>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       } else if constexpr (W == 128 && !kPaged) {
         *st = long_keys ? run_fwd_sm90_ws<T, W, 2, kPaged, 176>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
+      } else if constexpr (W == 256 && !kPaged) {
+        *st = keys80 ? run_fwd_sm90_ws<T, W, 2, kPaged, 80>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       } else {
         *st = run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       }

@@ -86,7 +86,9 @@ struct Sm90WsTraits {
   // (32 at D 128); D <= 128, two consumer warpgroups (the three of W 64 spill 120 bytes with it).
   static constexpr bool kQReg = FA_WS_QREG && kFullO && kHeadDim <= 128 && kConsumers == 2;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
-  static constexpr int kStagesFit = ((kHalfO ? kSplitBudget : kBudget) - kTileQ - kTileO) / (2 * kTileKV);
+  // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
+  // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
+  static constexpr int kStagesFit = ((kFullO ? kBudget : kSplitBudget) - kTileQ - kTileO) / (2 * kTileKV);
   static constexpr int kStages = kStagesFit > 4 ? 4 : kStagesFit;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;

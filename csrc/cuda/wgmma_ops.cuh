@@ -30,10 +30,15 @@ struct Wgmma;
     "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define FA_WGMMA_D64 "{" FA_WGMMA_R64 "}"
 
-#define FA_WGMMA_R128 FA_WGMMA_R64 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define FA_WGMMA_ACC128 \
+#define FA_WGMMA_R80 FA_WGMMA_R64 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define FA_WGMMA_ACC80 \
     FA_WGMMA_ACC64, \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define FA_WGMMA_D80 "{" FA_WGMMA_R80 "}"
+
+#define FA_WGMMA_R128 FA_WGMMA_R80 ", %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FA_WGMMA_ACC128 \
+    FA_WGMMA_ACC80, \
     "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
@@ -89,6 +94,7 @@ struct Wgmma;
 
 FA_WGMMA_STRUCT(__half, "f16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21", "%22")
 FA_WGMMA_STRUCT(__half, "f16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37", "%38")
+FA_WGMMA_STRUCT(__half, "f16", 80, FA_WGMMA_D80, FA_WGMMA_ACC80, "%40", "%41", "%42", "%43", "%44", "%45", "%46")
 FA_WGMMA_STRUCT(__half, "f16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69", "%70")
 FA_WGMMA_STRUCT(__half, "f16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93", "%94")
 FA_WGMMA_STRUCT(__half, "f16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101", "%102")
@@ -96,6 +102,7 @@ FA_WGMMA_STRUCT(__half, "f16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%12
 
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21", "%22")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37", "%38")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 80, FA_WGMMA_D80, FA_WGMMA_ACC80, "%40", "%41", "%42", "%43", "%44", "%45", "%46")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69", "%70")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93", "%94")
 FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101", "%102")
@@ -107,6 +114,9 @@ FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%12
 #undef FA_WGMMA_R64
 #undef FA_WGMMA_D64
 #undef FA_WGMMA_ACC64
+#undef FA_WGMMA_R80
+#undef FA_WGMMA_D80
+#undef FA_WGMMA_ACC80
 #undef FA_WGMMA_R128
 #undef FA_WGMMA_D128
 #undef FA_WGMMA_ACC128
