@@ -154,10 +154,14 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       static const int bn176_min = env_int("FA_WS_BN176_MIN", 8192);
       // (A left-bounded window sees a few key blocks per tile, the short-key case where 176 loses.)
       const bool long_keys = W == 128 && !kPaged && !a.causal && a.window_left < 0 && bn176 && a.seqlen_k >= bn176_min;
-      // W 256, dense or packed: 80-key tiles with FA_WS_D256_BN=80 (FA3's choice there: S of 40
-      // registers, 20% fewer softmax rounds than 64 keys; O staged through Q's buffer).
-      static const int d256_bn = env_int("FA_WS_D256_BN", 64);
-      const bool keys80 = W == 256 && !kPaged && d256_bn == 80;
+      // W 256, dense or packed, from 2048 keys: key tiles of 80 (FA3's choice there; a fifth fewer
+      // softmax rounds and ping-pong turns per key than 64, S in 40 registers; O staged through Q's
+      // buffer, the ring of two 80 KiB stages filling what the sm_90 limit leaves). H200 A/B in one
+      // run (NOTES-fwd.md, sixteenth session; fp16 / bf16, full / causal): N 4k-16k +1.6-6.7%, N 2k
+      // -0.2 to +2.1%, N 1k -2.2 to +2.3%, N 512 -4 to -8% (the last tile's padding, 560 keys for 512).
+      // FA_WS_D256_BN=64 | 80 forces one tile (comparisons, tests).
+      static const int d256_bn = env_int("FA_WS_D256_BN", 0);
+      const bool keys80 = W == 256 && !kPaged && (d256_bn == 80 || (d256_bn != 64 && a.seqlen_k >= 2048));
       FwdTmaArgs ta;
       ta.f = a;
       // Comparisons: FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS, FA_WS_PERSISTENT (0 / 1).

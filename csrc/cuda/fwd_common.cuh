@@ -292,7 +292,7 @@ __device__ __forceinline__ float exp2_poly(float x) {
 // FA_SOFTMAX_TREE: the row max as a tree over the n8 tiles (depth log2 kNT + 2 instead of kNT + 1
 // dependent FMNMX); the same value either way (max is exact).
 #ifndef FA_SOFTMAX_TREE
-#define FA_SOFTMAX_TREE 0
+#define FA_SOFTMAX_TREE 1
 #endif
 template <int kMT, int kNT, int kPolyEvery = 0>
 __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], float (&row_max)[kMT][2],
