@@ -261,21 +261,6 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], cons
 
 constexpr float kLn2 = 0.6931471805599453f;
 
-// 2^x on the FMA / ALU pipes, for x <= 0 (the softmax's exponents; -inf and anything below -126 give
-// 0, NaN stays NaN): x = j + f with j = round(x) (the 1.5 * 2^23 shift) and f in [-0.5, 0.5], 2^f by a degree-4
-// polynomial (relative error 2.7e-6 over the interval, fitted here to 2^f with relative weights),
-// j added to the exponent field.
-__device__ __forceinline__ float exp2_poly(float x) {
-  const float t = x + 12582912.f;  // 1.5 * 2^23: round(x) in the low mantissa bits
-  const float f = x - (t - 12582912.f);
-  float p = fmaf(0.00957086217f, f, 0.0559179261f);
-  p = fmaf(p, f, 0.240247265f);
-  p = fmaf(p, f, 0.693121791f);
-  p = fmaf(p, f, 0.999999285f);
-  const float r = __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-  return x < -126.f ? 0.f : r;  // (a NaN stays NaN, as MUFU.EX2 keeps it)
-}
-
 // One online-softmax step (base 2) for this thread's rows of a key block. s holds the block's
 // scores as mma C fragments ([m16 tile][n8 tile][4]: rows g and g+8, two columns each) and is
 // overwritten with P = 2^(s*sl2 - m_sc); row_max (raw, unscaled) and row_sum are updated and
@@ -286,15 +271,13 @@ __device__ __forceinline__ float exp2_poly(float x) {
 // instead multiplied l and O by a factor 1 +- 3e-7 at every key block: lse drifted by up to ~1e-5
 // per 1000 keys and fp32 outputs lost accuracy (bench/NOTES-fwd.md).
 //
-// kPolyEvery (> 0): the exponentials of columns nt % kPolyEvery == kPolyEvery - 1 are computed on the
-// FMA pipe (exp2_poly) instead of the MUFU unit, whose 16 results per cycle per SM are the softmax's
-// bound (fp16 / bf16 P only: exp2_poly is accurate to 3e-6 relative, MUFU.EX2 to 2e-7).
-// FA_SOFTMAX_TREE: the row max as a tree over the n8 tiles (depth log2 kNT + 2 instead of kNT + 1
-// dependent FMNMX); the same value either way (max is exact).
+// FA_SOFTMAX_TREE (default on; 0 for comparisons): the row max as a tree over the n8 tiles (depth
+// log2 kNT + 2 instead of kNT + 1 dependent FMNMX, which the tenth session's source view showed
+// stalling on each other); the same value either way (max is exact, NaN ignored alike).
 #ifndef FA_SOFTMAX_TREE
 #define FA_SOFTMAX_TREE 1
 #endif
-template <int kMT, int kNT, int kPolyEvery = 0>
+template <int kMT, int kNT>
 __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], float (&row_max)[kMT][2],
                                                     float (&row_sum)[kMT][2], float (&alpha)[kMT][2],
                                                     float sl2) {
@@ -327,8 +310,7 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], flo
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc);
-          const float p = (kPolyEvery > 0 && nt % (kPolyEvery > 0 ? kPolyEvery : 1) == kPolyEvery - 1) ? exp2_poly(x) : fast_exp2(x);
+          const float p = fast_exp2(fmaf(s[mt][nt][2 * hr + e], sl2, -m_sc));
           s[mt][nt][2 * hr + e] = p;
           rs += p;
         }

@@ -39,9 +39,6 @@
 #ifndef FA_WS_SPLIT_O
 #define FA_WS_SPLIT_O 1  // CMake option FA_WS_SPLIT_O (default ON; OFF for comparisons): see Sm90WsTraits::kHalfO
 #endif
-#ifndef FA_WS_EXP2_POLY
-#define FA_WS_EXP2_POLY 0  // > 0: every FA_WS_EXP2_POLY-th n8 column tile's exponentials on the FMA pipe (online_softmax_step)
-#endif
 #ifndef FA_WS_QREG
 #define FA_WS_QREG 1  // CMake option FA_WS_QREG (default ON; OFF for comparisons): see Sm90WsTraits::kQReg
 #endif
@@ -490,7 +487,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     };
     auto mask_and_softmax = [&](int nb) {
       score_mod_and_mask<BN, false>(s, a, win, nb, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
-      online_softmax_step<1, BN / 8, FA_WS_EXP2_POLY>(s, row_max, row_sum, alpha, sl2);
+      online_softmax_step(s, row_max, row_sum, alpha, sl2);
     };
 
     // Ping-pong (ta.pingpong): the consumer warpgroups take turns issuing their products, in a ring
