@@ -52,7 +52,7 @@ struct Sm90WsTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups, 64 rows each
   static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = kBlockN_;  // keys per K / V tile (176: the long key blocks of W 128 without a right bound)
+  static constexpr int kBlockN = kBlockN_;  // keys per K / V tile (176 / 80: the long-key tiles of W 128 without a right bound / of W 256)
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // bytes
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;
