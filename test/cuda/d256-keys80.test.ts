@@ -6,7 +6,7 @@
 // (visibly) without a CUDA device.
 process.env.FA_WS_D256_BN = '80';
 import { it } from 'vitest';
-import { caseName, checkForwardCase, randomCases } from '../helpers/harness';
+import { type AttnCase, caseName, checkForwardCase, randomCases } from '../helpers/harness';
 import { checkVarlenCase, varlenName } from '../helpers/inference';
 import { maskedDenseCases, varlenCases } from '../helpers/inference-cases';
 import { describeGpu } from '../helpers/reference';
@@ -23,8 +23,17 @@ const CASES = randomCases({
   dtypes: ['float16', 'bfloat16'],
 });
 
+// More tiles (128-row blocks x heads x batch) than a persistent grid of 132 blocks: blocks walk
+// several tiles, so the K / V ring wraps across tiles and Q reloads after an epilogue that staged O
+// through Q's buffer (the random cases above fit one wave).
+const PERSISTENT: AttnCase[] = [
+  { seed: 25601, B: 2, Nq: 1000, Nk: 100, H: 9, Hkv: 3, D: 256, causal: false, layout: 'bshd', dtype: 'float16' },
+  { seed: 25602, B: 2, Nq: 1000, Nk: 170, H: 9, Hkv: 9, D: 240, causal: true, layout: 'bhsd', dtype: 'bfloat16' },
+];
+
 describeGpu('CUDA forward, 80-key tiles (W 256) vs float64', () => {
   for (const tc of CASES) it(caseName(tc), () => checkForwardCase(tc, 'cuda'));
+  for (const tc of PERSISTENT) it(`persistent ${caseName(tc)}`, () => checkForwardCase(tc, 'cuda'));
   // (float32 cases among these run the fp32 kernel: a check that the setting leaves it alone)
   for (const c of maskedDenseCases(2562, 24, { Ns: [1, 7, 79, 80, 81, 161, 300, 511], Ds: [224, 256], budget: 3e7, gpu: true })) {
     it(`window / softcap ${caseName(c)}`, () => checkForwardCase(c, 'cuda'));
