@@ -45,6 +45,8 @@ const cases = [
   { B: 1, Nq: 300, Nk: 400, H: 3, Hkv: 1, D: 64, dtype: 'bfloat16', causal: true, layout: 'bhsd', softcap: 15 },
   // The W 256 backward's deterministic turns over several key blocks (causal, more keys than queries).
   { B: 1, Nq: 260, Nk: 330, H: 2, Hkv: 1, D: 256, dtype: 'float16', causal: true, layout: 'bshd' },
+  // The W 256 forward's 80-key tiles (from 2048 keys): 26 key blocks, the last one ragged.
+  { B: 1, Nq: 130, Nk: 2050, H: 2, Hkv: 1, D: 256, dtype: 'bfloat16', causal: false, layout: 'bshd' },
 ];
 
 (async () => {
