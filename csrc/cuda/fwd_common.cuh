@@ -271,11 +271,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 // instead multiplied l and O by a factor 1 +- 3e-7 at every key block: lse drifted by up to ~1e-5
 // per 1000 keys and fp32 outputs lost accuracy (bench/NOTES-fwd.md).
 //
-// FA_SOFTMAX_TREE (default on; 0 for comparisons): the row max as a tree over the n8 tiles (depth
-// log2 kNT + 2 instead of kNT + 1 dependent FMNMX, which the tenth session's source view showed
-// stalling on each other); the same value either way (max is exact, NaN ignored alike).
+// FA_SOFTMAX_TREE=1 (prepared, not yet timed alone; NOTES-fwd.md, sixteenth session): the row max as
+// a tree over the n8 tiles (depth log2 kNT + 2 instead of kNT + 1 dependent FMNMX, which the tenth
+// session's source view showed stalling on each other); the same value either way (max is exact,
+// NaN ignored alike).
 #ifndef FA_SOFTMAX_TREE
-#define FA_SOFTMAX_TREE 1
+#define FA_SOFTMAX_TREE 0
 #endif
 template <int kMT, int kNT>
 __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], float (&row_max)[kMT][2],
