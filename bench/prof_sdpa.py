@@ -5,27 +5,12 @@ Usage: python3 bench/prof_sdpa.py cudnn|flash fwd|bwd float16|bfloat16 D N causa
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from sdpa_cell import sdpa_cell
 
 be, d, dtype, D, N, cz = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
 reps = int(sys.argv[7]) if len(sys.argv) > 7 else 2
-dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[be]
-B, H = 16384 // N, (2048 // D if D <= 128 else 16)
-q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=dt, requires_grad=(i < 3)) for i in range(4))
-
-
-def call():
-    with sdpa_kernel(backend):
-        if d == "fwd":
-            with torch.no_grad():
-                F.scaled_dot_product_attention(q, k, v, is_causal=cz)
-        else:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=cz)
-            o.backward(do)
-
-
+call = sdpa_cell(be, d, dtype, D, N, cz)
 for _ in range(3):
     call()
 torch.cuda.synchronize()

@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|trace|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -203,7 +203,7 @@ for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/
       # "dir:dtype:D:N:causal ..."): launch configuration, registers, shared memory, duration and
       # clock, instruction counts per pipe, shared-memory wavefronts, warp states; one call each
       # (forward: its kernel; backward: ours the preprocess / main / convert kernels, cuDNN's
-      # forward and backward kernels of one training step).
+      # `bprop` kernel). The SDPA side is bench/prof_sdpa.py.
       if command -v ncu > /dev/null; then
         sec="--section LaunchStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy"
         met="--metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,regex:^smsp__inst_executed_pipe_[a-z_]+\.sum$,regex:^sm__pipe_[a-z_]+_cycles_active\.avg\.pct_of_peak_sustained_active$,regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$"

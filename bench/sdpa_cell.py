@@ -1,0 +1,33 @@
+"""One PERF.md grid cell through torch SDPA, shared by bench/clock_probe_torch.py and
+bench/prof_sdpa.py: the grid's shape (B * N = 16384, H = 2048 / D, 16 for D > 128), random
+[B, H, N, D] inputs on the GPU and a call that runs the forward (no grad) or forward + backward
+under one SDPA backend."""
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def grid_shape(D, N):
+    """(B, H) of the PERF.md grid cell at head dim D and sequence length N."""
+    return 16384 // N, (2048 // D if D <= 128 else 16)
+
+
+def sdpa_cell(backend, direction, dtype, D, N, causal):
+    """A no-argument call running the cell once (direction "fwd" or "bwd": forward + backward)."""
+    B, H = grid_shape(D, N)
+    dt = DTYPES[dtype]
+    q, k, v, do = (torch.randn(B, H, N, D, device="cuda", dtype=dt, requires_grad=(i < 3)) for i in range(4))
+
+    def call():
+        with sdpa_kernel(BACKENDS[backend]):
+            if direction == "fwd":
+                with torch.no_grad():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            else:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                o.backward(do)
+
+    return call
