@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|sass|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -84,6 +84,51 @@ for s in $steps; do
             build/Release/flash_attention_node.node > "$OUT/sass-sm90-d128-paged$pg.txt" 2>&1
           wc -l "$OUT/sass-sm90-d128-paged$pg.txt"
         done
+      fi ;;
+    paged-prof)
+      # Issue 11: the paged prefill (page 16 and 256) against the packed one on the same sequences
+      # (scripts/paged-prof.js, one synchronized call each): ncu's launch, throughput, memory,
+      # warp-state and scheduler sections and the source counters of the three forward launches;
+      # the SASS top stall sites per launch. One tar back.
+      if command -v ncu > /dev/null; then
+        mkdir -p /tmp/pp-out
+        timeout 240 ncu --clock-control none --kernel-name regex:fwd_kernel_sm90_ws --launch-count 3 --section LaunchStats \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+          --section SourceCounters --section InstructionStats -f -o /tmp/pp node scripts/paged-prof.js ${PAGED_PROF_PAGES:-16 256} \
+          > /tmp/pp-out/ncu.log 2>&1
+        echo "ncu rc $? $(el)"; tail -5 /tmp/pp-out/ncu.log
+        if [ -f /tmp/pp.ncu-rep ]; then
+          ncu -i /tmp/pp.ncu-rep --page details > /tmp/pp-out/details.txt 2>&1
+          ncu -i /tmp/pp.ncu-rep --page raw --csv > /tmp/pp-out/raw.csv 2>&1
+          grep -E "fwd_kernel_sm90_ws|Duration|Memory Throughput|DRAM Throughput|L2 Hit|L1/TEX Hit|Issued Warp|No Eligible|Warp Cycles Per Issued|Executed Instructions  " \
+            /tmp/pp-out/details.txt | awk '{$1=$1; print}' | cut -c1-140
+          for i in 1 2 3; do
+            ncu -i /tmp/pp.ncu-rep --page source --csv --print-source sass --launch-skip $((i - 1)) --launch-count 1 > /tmp/pp-out/sass-$i.csv 2>&1
+            echo "-- launch $i"; python3 scripts/ncu-top.py /tmp/pp-out/sass-$i.csv 25 | tee /tmp/pp-out/top-$i.txt
+          done
+        fi
+        tar czf "$OUT/paged-prof.tgz" -C /tmp pp-out
+      fi ;;
+    sass)
+      # The SASS of the warp-specialised forward kernels (SASS_FILTER: a regex over the mangled names,
+      # default the fp16 D 128 ones), one file per kernel, as a tar.
+      if command -v cuobjdump > /dev/null; then
+        mkdir -p /tmp/sass-out
+        cuobjdump -sass build/Release/flash_attention_node.node > /tmp/sass-all.txt 2>&1
+        python3 - "${SASS_FILTER:-fwd_kernel_sm90_ws.*Sm90WsTraitsI6__halfLi128E}" <<'PY'
+import re, sys
+pat = re.compile(sys.argv[1]); cur = None; n = 0
+for line in open('/tmp/sass-all.txt', errors='replace'):
+    m = re.match(r'\s*Function : (\S+)', line)
+    if m:
+        if cur: cur.close()
+        cur = None
+        if pat.search(m.group(1)):
+            n += 1; cur = open(f'/tmp/sass-out/k{n}.sass', 'w'); print(n, m.group(1))
+    if cur: cur.write(line)
+if cur: cur.close()
+PY
+        tar czf "$OUT/sass.tgz" -C /tmp sass-out
       fi ;;
     decode-profile)
       # ncu on the decode kernel and the combine at a latency-bound cell (B 1 x 16k) and a

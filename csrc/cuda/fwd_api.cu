@@ -93,19 +93,32 @@ bool encode_dense_maps(const FwdArgs& a, int bn, int block_m, FwdTmaArgs* ta) {
          encode_rows_map(a.v, a.head_dim, nk, a.heads_k, nb, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
 
+bool encode_cache_map(const void* base, uint64_t rows, int64_t row, int64_t head, int width, int heads_k, int box_rows,
+                      CUtensorMap* m);
+
 // A paged call's maps: Q as a packed call's, K and V over the cache's rows (page * page size +
 // slot, {head dim, rows, kv heads, 1}) in boxes of ta->box_rows rows, a divisor of the page size and
 // of the key block (so that a box never crosses a page). False when the page size is not a multiple
 // of 8 (a box of the 128-byte swizzle starts on a whole 8-row atom), the cache has 2^31 rows or
 // more (coordinates are int32), or a map cannot be made: the cp.async kernel runs instead.
+// Pages of 16 rows (box_rows 16) with the head dim filling the tile width: V in one box per page
+// holding every column block (the decode kernel's map, encode_cache_map), half of V's copies at
+// W 128 (ta->v_rows = 16; the consumers read V's stage in that layout); else a box per page and column
+// block like K (v_rows = the key block).
 bool encode_paged_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
   const int bn = sm90_ws_block_n(width);
   const int64_t rows = int64_t(a.num_pages) * a.page_size;
   if (a.page_size % 8 != 0 || rows == 0 || rows >= int64_t(INT32_MAX)) return false;
   ta->box_rows = std::gcd(a.page_size, bn);
-  return encode_rows_map(a.q, a.head_dim, a.total_q, a.heads, 1, a.q_row, a.q_head, 0, block_m, &ta->tq) &&
-         encode_rows_map(a.k, a.head_dim, int(rows), a.heads_k, 1, a.k_row, a.k_head, 0, ta->box_rows, &ta->tk) &&
-         encode_rows_map(a.v, a.head_dim, int(rows), a.heads_k, 1, a.v_row, a.v_head, 0, ta->box_rows, &ta->tv);
+  static const bool v_pages = env_flag("FA_WS_PAGED_V_BOXES", 1) != 0;  // 0: a box per column block (comparisons)
+  ta->v_rows = v_pages && ta->box_rows == 16 && a.head_dim == width && width >= 128 ? 16 : bn;
+  if (!encode_rows_map(a.q, a.head_dim, a.total_q, a.heads, 1, a.q_row, a.q_head, 0, block_m, &ta->tq) ||
+      !encode_rows_map(a.k, a.head_dim, int(rows), a.heads_k, 1, a.k_row, a.k_head, 0, ta->box_rows, &ta->tk))
+    return false;
+  if (ta->v_rows == 16 && encode_cache_map(a.v, uint64_t(rows), a.v_row, a.v_head, width, a.heads_k, 16, &ta->tv))
+    return true;
+  ta->v_rows = bn;
+  return encode_rows_map(a.v, a.head_dim, int(rows), a.heads_k, 1, a.v_row, a.v_head, 0, ta->box_rows, &ta->tv);
 }
 
 // FA_FWD_SM90=cpasync keeps dense, packed and paged calls on the cp.async wgmma kernel (comparisons).
@@ -174,6 +187,7 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.ctas = persistent ? sm_count() : 0;
       ta.tile_counter = nullptr;
       ta.box_rows = 0;
+      ta.v_rows = 0;
 #if FA_WS_LPT
       // Sections of (batch, head) pairs whose K and V fit in L2 (lpt.cuh), causal dense calls
       // without a left window bound only (a packed call's idle-tile skip needs each pair's row
@@ -327,6 +341,22 @@ fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out) {
   return FA_OK;
 }
 
+// One paged cache (K or V) as a rank-4 tensor map {64 elements, cache rows, width / 64 column blocks,
+// kv heads} with boxes of {64, box_rows, width / 64, 1} and the 128-byte swizzle: a box lands as
+// [column block][box_rows][128 bytes]. The head dim must equal the width.
+bool encode_cache_map(const void* base, uint64_t rows, int64_t row, int64_t head, int width, int heads_k, int box_rows,
+                      CUtensorMap* m) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[4] = {64, rows, cuuint64_t(width / 64), cuuint64_t(heads_k)};
+  const cuuint64_t strides[3] = {cuuint64_t(row) * 2, 128, cuuint64_t(head) * 2};  // bytes, dims 1..3
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), cuuint32_t(width / 64), 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // The paged K and V caches as the decode kernel's tensor maps (DecodeArgs::tmap_k / tmap_v): rank 4,
 // {64 elements, cache rows, width / 64 column blocks, kv heads}, boxes of {64, 16 rows, width / 64,
 // 1} with the 128-byte swizzle. False when the driver has no tensor maps or refuses these.
@@ -365,13 +395,7 @@ bool encode_cache_maps(const FwdArgs& a, int width, CUtensorMap* mk, CUtensorMap
     }
   }
   auto one = [&](const void* base, int64_t row, int64_t head, CUtensorMap* m) {
-    const cuuint64_t dims[4] = {64, rows, cuuint64_t(width / 64), cuuint64_t(a.heads_k)};
-    const cuuint64_t strides[3] = {cuuint64_t(row) * 2, 128, cuuint64_t(head) * 2};  // bytes, dims 1..3
-    const cuuint32_t box[4] = {64, 16, cuuint32_t(width / 64), 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return encode_cache_map(base, rows, row, head, width, a.heads_k, 16, m);
   };
   if (!one(a.k, a.k_row, a.k_head, mk) || !one(a.v, a.v_row, a.v_head, mv)) return false;
   Entry& e = recent[next_slot];

@@ -270,14 +270,6 @@ constexpr float kLn2 = 0.6931471805599453f;
 // FMA), so it is exactly 1 while the row max is unchanged. Rescaling by 2^(m_old*sl2 - RN(m*sl2))
 // instead multiplied l and O by a factor 1 +- 3e-7 at every key block: lse drifted by up to ~1e-5
 // per 1000 keys and fp32 outputs lost accuracy (bench/NOTES-fwd.md).
-//
-// FA_SOFTMAX_TREE=1 (prepared, not yet timed alone; NOTES-fwd.md, sixteenth session): the row max as
-// a tree over the n8 tiles (depth log2 kNT + 2 instead of kNT + 1 dependent FMNMX, which the tenth
-// session's source view showed stalling on each other); the same value either way (max is exact,
-// NaN ignored alike).
-#ifndef FA_SOFTMAX_TREE
-#define FA_SOFTMAX_TREE 0
-#endif
 template <int kMT, int kNT>
 __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], float (&row_max)[kMT][2],
                                                     float (&row_sum)[kMT][2], float (&alpha)[kMT][2],
@@ -288,19 +280,8 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], flo
     for (int hr = 0; hr < 2; ++hr) {
       const float m_old = row_max[mt][hr];
       float mx = m_old;
-#if FA_SOFTMAX_TREE
-      float m[kNT];
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) m[nt] = fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]);
-#pragma unroll
-      for (int step = 1; step < kNT; step *= 2)
-#pragma unroll
-        for (int nt = 0; nt + step < kNT; nt += 2 * step) m[nt] = fmaxf(m[nt], m[nt + step]);
-      mx = fmaxf(mx, m[0]);
-#else
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
-#endif
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_sc = mx == -INFINITY ? 0.f : __fmul_rn(mx, sl2);

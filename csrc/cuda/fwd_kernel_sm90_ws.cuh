@@ -29,7 +29,10 @@
 // r (its page looked up one block ahead). A box past the sequence's end starts outside the map
 // (zeros). The box holding the sequence's end brings in whatever its page holds past the end: the
 // mask gives those keys weight 0, and the consumers zero those V rows before the first P V of the
-// tile (0 * NaN is NaN).
+// tile (0 * NaN is NaN). With boxes of 16 rows and the head dim filling the tile (ta.v_rows = 16),
+// V comes in one box per page holding every column block (half the copies at W 128), and its stage
+// is read in that layout, [page][column block][16][128 bytes].
+// Paged calls issue the next block's K before this block's V (the producer loop says why).
 #pragma once
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_kernel_sm90.cuh"
@@ -268,7 +271,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   // across tiles (c: key blocks so far), Q's phase per tile (j).
   if (wg == 0) {
     // Producer. Key blocks run high to low (the masked ones first). Per tile: K of its first block,
-    // then Q (once the consumers are done with the previous tile's), then V, K, V, ... One thread
+    // then Q (once the consumers are done with the previous tile's), then V, K, V, ... (paged: K of
+    // block i + 1 before V of block i). One thread
     // issues every copy of a dense call; a paged call runs warp 0 through the same steps, lane 0
     // alone doing what is done once (barrier arrivals, Q, the tile counter) and lane r issuing box
     // r of each key block.
@@ -336,33 +340,47 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
                      ? pg * a.page_size + (t0 - a.page_div.div(t0) * a.page_size)
                      : -box;  // outside the map: zeros
         };
-        int kpage = -1;  // paged: the page of this lane's box of the block being loaded
-        auto load_kv = [&](const CUtensorMap* map, uint32_t dst, uint32_t full, int n) {
+        // (paged V with ta.v_rows = 16: one box per page of 16 rows holding every column block, at
+        // [page][column block][16][128 bytes]; the consumers read V in that layout)
+        auto load_kv = [&](const CUtensorMap* map, uint32_t dst, uint32_t full, int n, int pg, bool page_boxes) {
           if constexpr (kPaged) {
-            const int krow = box_row(n, kpage);
+            const int krow = box_row(n, pg);
             __syncwarp();  // the lead's expect-tx before any copy completes on the barrier
             if (lane < n_box) {
+              if (page_boxes) {
+                tma_load_4d(dst + lane * kCB * 16 * 128, map, 0, krow, 0, hk, full);
+              } else {
 #pragma unroll
-              for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128 + lane * box * 128, map, cb * 64, krow, hk, 0, full);
+                for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128 + lane * box * 128, map, cb * 64, krow, hk, 0, full);
+              }
             }
           } else {
+            (void)page_boxes;
+            (void)pg;
 #pragma unroll
             for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128, map, cb * 64, k_row0 + n * BN, hk, bm, full);
           }
         };
-        auto load_k = [&](int n, int s, uint32_t ph) {
-          if (c >= S) mbar_wait(bar_ke + 8 * s, ph);
+        // Fill cc / S of stage cc % S (cc: key blocks of the ring so far) waits for the consumers'
+        // release of the previous fill. pg: paged, the page of this lane's box of block n.
+        auto load_k = [&](int n, int cc, int pg) {
+          const int s = cc % S;
+          if (cc >= S) mbar_wait(bar_ke + 8 * s, ((cc / S) - 1) & 1);
           if (lead) mbar_arrive_expect_tx(bar_kf + 8 * s, kTileKV);
-          load_kv(&ta.tk, sK + s * kTileKV, bar_kf + 8 * s, n);
+          load_kv(&ta.tk, sK + s * kTileKV, bar_kf + 8 * s, n, pg, false);
         };
-        auto load_v = [&](int n, int s, uint32_t ph) {
-          if (c >= S) mbar_wait(bar_ve + 8 * s, ph);
+        auto load_v = [&](int n, int cc, int pg) {
+          const int s = cc % S;
+          if (cc >= S) mbar_wait(bar_ve + 8 * s, ((cc / S) - 1) & 1);
           if (lead) mbar_arrive_expect_tx(bar_vf + 8 * s, kTileKV);
-          load_kv(&ta.tv, sV + s * kTileKV, bar_vf + 8 * s, n);
+          load_kv(&ta.tv, sV + s * kTileKV, bar_vf + 8 * s, n, pg, kPaged && ta.v_rows == 16);
         };
-        // fill c / S of stage c % S waits for the consumers' release of the previous fill
-        if (kPaged && n_blocks > 0) kpage = page_of(w.n_max - 1);
-        if (n_blocks > 0) load_k(w.n_max - 1, c % S, ((c / S) - 1) & 1);
+        // Paged: the pages of this lane's boxes of the block whose V is loaded next (pg_cur) and of
+        // the block after it (pg_next), each read a loop step before its copies.
+        int pg_cur = -1, pg_next = -1;
+        if (kPaged && n_blocks > 0) pg_cur = page_of(w.n_max - 1);
+        if (n_blocks > 0) load_k(w.n_max - 1, c, pg_cur);
+        if (kPaged && n_blocks > 1) pg_next = page_of(w.n_max - 2);
         if (j > 0) mbar_wait(bar_qe, (j - 1) & 1);
         if (lead) {
           slots[j & 1] = done ? -1 : idx;
@@ -377,16 +395,32 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         }
         if (done) break;
         if (dynamic && n_blocks == 0) next = draw();
+        // Per block: its K (the first block's went before Q), then its V. Paged calls: K of the
+        // next block, then V of this one. The consumers release a K stage once S = Q K^T has read
+        // it, mid-step, and a V stage only after P V, at the step's end; in this order a K copy
+        // waits for the first and has about one and a half consumer steps to land instead of one.
+        // With a box per page (16 copies per key block at page 16, D 128) the consumers waited on K
+        // for 9% of their time, 1% at page 256 (ncu, NOTES-inference.md, seventeenth session).
+        // (Dense calls keep the first order: their K is on time, and the second costs the 24-register
+        // producer spills at W 64.)
         for (int it = 0; it < n_blocks; ++it, ++c) {
           const int n = w.n_max - 1 - it;
-          const int s = c % S;
-          const uint32_t ph = ((c / S) - 1) & 1;
           if (dynamic && it == n_blocks - 1) next = draw();
-          int kpage_next = -1;
-          if (kPaged && it + 1 < n_blocks) kpage_next = page_of(n - 1);  // read while this block's waits run
-          if (it > 0) load_k(n, s, ph);
-          load_v(n, s, ph);
-          kpage = kpage_next;
+          if constexpr (kPaged) {
+            if (it + 1 < n_blocks) {
+              int pg_after = -1;
+              if (it + 2 < n_blocks) pg_after = page_of(n - 2);  // read while the waits run
+              load_k(n - 1, c + 1, pg_next);
+              load_v(n, c, pg_cur);
+              pg_cur = pg_next;
+              pg_next = pg_after;
+            } else {
+              load_v(n, c, pg_cur);
+            }
+          } else {
+            if (it > 0) load_k(n, c, -1);
+            load_v(n, c, -1);
+          }
         }
         idx = next;
       }
@@ -407,7 +441,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   const int wrow0 = cw * 64 + (warp & 3) * 16;
   const uint64_t dQ = sm90::smem_desc(sQ + cw * 64 * 128, 16, 1024);
   const uint64_t dK = sm90::smem_desc(sK, 16, 1024);
-  const uint64_t dV = sm90::smem_desc(sV, BN * 128, 1024);
+  // V's stage: [key block / vrows][column block][vrows][128 bytes] (vrows = BN: the column blocks
+  // whole; paged with ta.v_rows = 16: a page of 16 keys after another). The leading byte offset is
+  // the column-block stride; a k16 step of P V moves vstep bytes.
+  const int vrows = kPaged ? ta.v_rows : BN;
+  const uint64_t dV = sm90::smem_desc(sV, vrows * 128, 1024);
+  const uint32_t vstep16 = (kPaged && vrows == 16 ? kCB * 2048 : 2048) >> 4;  // descriptor units
   auto kstep = [](int ks, int rows) -> uint64_t {
     return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
   };
@@ -473,7 +512,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     auto issue_pv = [&](int stage, int accumulate) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + ((kk * 2048) >> 4), accumulate | (kk > 0));
+        sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
       sm90::wgmma_commit();
     };
     auto pack_p = [&]() {
@@ -518,11 +557,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     }
     auto zero_tail = [&](int stage) {
       if (kPaged && tail1 > tail0) {
-        const int rows = tail1 - tail0;
-        const uint32_t base = sV + stage * kTileKV + tail0 * 128;
+        const int rows = tail1 - tail0;  // within one box, so within one vrows block
+        const uint32_t base = sV + stage * kTileKV + (tail0 / vrows) * (kCB * vrows * 128) + (tail0 % vrows) * 128;
         for (int i = ctid; i < kCB * rows * 8; i += 128 * Tr::kConsumers) {
           const int cb = i / (rows * 8), rem = i - cb * rows * 8;  // a whole 128-byte line: no swizzle to follow
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(base + cb * BN * 128 + rem * 16), "r"(0u) : "memory");
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(base + cb * vrows * 128 + rem * 16), "r"(0u) : "memory");
         }
         sm90::fence_proxy_async_smem();  // the zeros, for the wgmma's reads
         sm90::named_bar_sync(13, 128 * Tr::kConsumers);
