@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|sass|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -108,27 +108,6 @@ for s in $steps; do
           done
         fi
         tar czf "$OUT/paged-prof.tgz" -C /tmp pp-out
-      fi ;;
-    sass)
-      # The SASS of the warp-specialised forward kernels (SASS_FILTER: a regex over the mangled names,
-      # default the fp16 D 128 ones), one file per kernel, as a tar.
-      if command -v cuobjdump > /dev/null; then
-        mkdir -p /tmp/sass-out
-        cuobjdump -sass build/Release/flash_attention_node.node > /tmp/sass-all.txt 2>&1
-        python3 - "${SASS_FILTER:-fwd_kernel_sm90_ws.*Sm90WsTraitsI6__halfLi128E}" <<'PY'
-import re, sys
-pat = re.compile(sys.argv[1]); cur = None; n = 0
-for line in open('/tmp/sass-all.txt', errors='replace'):
-    m = re.match(r'\s*Function : (\S+)', line)
-    if m:
-        if cur: cur.close()
-        cur = None
-        if pat.search(m.group(1)):
-            n += 1; cur = open(f'/tmp/sass-out/k{n}.sass', 'w'); print(n, m.group(1))
-    if cur: cur.write(line)
-if cur: cur.close()
-PY
-        tar czf "$OUT/sass.tgz" -C /tmp sass-out
       fi ;;
     decode-profile)
       # ncu on the decode kernel and the combine at a latency-bound cell (B 1 x 16k) and a
