@@ -375,6 +375,10 @@ async function varlenBench(apiMs: number): Promise<string[]> {
   const dq = await randomDevice([1, Neq, H, D], 'float16', 90);
   const singleMs = await apiTime(async () => { const r = await flashAttention(dq, dq, dq, { causal: true }); r.out.dispose(); r.lse.dispose(); }, apiMs, 1);
   const singleFlops = attentionFlops(1, H, Neq, Neq, D, true);
+  // GPU time by events (each call alone, all of its kernels), next to the back-to-back API time: where
+  // the two differ, the difference is between calls, not in them.
+  const eventsReps = 20;
+  const singleGpuMs = median(await benchmarkForward(dq, dq, dq, { causal: true }, 3, eventsReps));
   // Paged prefill: the same sequences in a shuffled page-16 cache, queried whole; then pages of 64
   // and 256 tokens (fewer, larger K / V copies per key block).
   const pagedAt = async (page: number) => {
@@ -384,24 +388,28 @@ async function varlenBench(apiMs: number): Promise<string[]> {
     const vc = await randomDevice([pages, page, H, D], 'float16', 35);
     const pt = await Tensor.from(perm, [lens.length, maxPages]).to('cuda');
     const sk = await Tensor.from(Int32Array.from(lens), [lens.length]).to('cuda');
+    const opts = { pageTable: pt, seqlensK: sk, cuSeqlensQ: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true };
     const ms = await apiTime(async () => {
-      const r = await pagedAttention(q, kc, vc, { pageTable: pt, seqlensK: sk, cuSeqlensQ: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
+      const r = await pagedAttention(q, kc, vc, opts);
       r.out.dispose(); r.lse.dispose();
     }, apiMs, 1);
+    const gpuMs = median(await benchmarkPaged(q, kc, vc, opts, 3, eventsReps));
     [kc, vc, pt, sk].forEach((t) => t.dispose());
-    return ms;
+    return [ms, gpuMs] as const;
   };
-  const pagedMs = await pagedAt(16);
-  const pagedMore: [number, number][] = [];
-  for (const page of [64, 256]) pagedMore.push([page, await pagedAt(page)]);
+  const [pagedMs, pagedGpuMs] = await pagedAt(16);
+  const pagedMore: [number, number, number][] = [];
+  for (const page of [64, 256]) pagedMore.push([page, ...(await pagedAt(page))]);
   const tf = (f: number, ms: number) => f / ms / 1e9;
   const lines = [
     `Packed prefill, fp16 D128 H16 causal, lengths [${lens.join(', ')}] (${total} tokens), public-API time:`,
     `  flashAttentionVarlen: ${varlenMs.toFixed(3)} ms, ${tf(flops, varlenMs).toFixed(1)} TFLOP/s`,
     `  dense, one call per sequence: ${denseMs.toFixed(3)} ms, ${tf(flops, denseMs).toFixed(1)} TFLOP/s (varlen / dense ${(denseMs / varlenMs).toFixed(2)}x)`,
-    `  dense, one sequence of equal work (N ${Neq}): ${tf(singleFlops, singleMs).toFixed(1)} TFLOP/s (varlen / dense ${(tf(flops, varlenMs) / tf(singleFlops, singleMs)).toFixed(2)}x)`,
-    `  pagedAttention (page 16, shuffled): ${pagedMs.toFixed(3)} ms, ${tf(flops, pagedMs).toFixed(1)} TFLOP/s (paged / dense equal work ${(tf(flops, pagedMs) / tf(singleFlops, singleMs)).toFixed(2)}x)`,
-    ...pagedMore.map(([page, ms]) => `  pagedAttention (page ${page}, shuffled): ${ms.toFixed(3)} ms, ${tf(flops, ms).toFixed(1)} TFLOP/s (paged / dense equal work ${(tf(flops, ms) / tf(singleFlops, singleMs)).toFixed(2)}x)`),
+    `  dense, one sequence of equal work (N ${Neq}): ${tf(singleFlops, singleMs).toFixed(1)} TFLOP/s (varlen / dense ${(tf(flops, varlenMs) / tf(singleFlops, singleMs)).toFixed(2)}x); ` +
+      `GPU time of one call by events ${singleGpuMs.toFixed(3)} ms (${tf(singleFlops, singleGpuMs).toFixed(1)} TFLOP/s)`,
+    ...([[16, pagedMs, pagedGpuMs], ...pagedMore] as const).map(([page, ms, gpu]) =>
+      `  pagedAttention (page ${page}, shuffled): ${ms.toFixed(3)} ms, ${tf(flops, ms).toFixed(1)} TFLOP/s (paged / dense equal work ${(tf(flops, ms) / tf(singleFlops, singleMs)).toFixed(2)}x); ` +
+      `GPU time of one call by events ${gpu.toFixed(3)} ms (${tf(flops, gpu).toFixed(1)} TFLOP/s)`),
   ];
   [q, k, v, cuT, dq].forEach((t) => t.dispose());
   dense.forEach((t) => { t.q.dispose(); t.k.dispose(); t.v.dispose(); });

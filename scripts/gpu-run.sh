@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|clock|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -201,6 +201,33 @@ for s in $steps; do
           python3 scripts/ncu-top.py "$OUT/ncu-src-$r-sass.csv" 30 | tee "$OUT/ncu-src-$r-top.txt"
           grep -E "Duration|Warp Cycles Per Issued|Issued Warp|No Eligible" "$OUT/ncu-src-$r-details.txt" | head -8
         done
+      fi ;;
+    cudnn-src)
+      # Issue 12: ncu source counters (stall samples per SASS instruction) of cuDNN's forward kernel
+      # and of ours on the same cell (SRC_CELL "dtype:D:N:causal", default fp16 D 128 full N 4k):
+      # how cuDNN orders its softmax at ~0.9 "wait" cycles per instruction against our ~2.1
+      # (sixteenth session). The SASS pages as CSV, tarred into $OUT/cudnn-src.tgz.
+      if command -v ncu > /dev/null; then
+        IFS=: read -r dt hd n cz <<< "${SRC_CELL:-float16:128:4096:0}"
+        cs=off; [ "$cz" = 1 ] && cs=on; dts=fp16; [ "$dt" = bfloat16 ] && dts=bf16
+        mkdir -p /tmp/src-out
+        timeout 150 ncu --clock-control none --kernel-name regex:fwd_kernel_sm90_ws --launch-skip 3 --launch-count 1 \
+          --section SourceCounters --section WarpStateStats --section InstructionStats -f -o /tmp/src-ours \
+          node dist/bench/cli.js --dir fwd --dtype $dts --hdim $hd --seqlen $n --causal $cs --api-ms 1 --reps 2 --out /tmp/sp > /tmp/src-out/ours.log 2>&1
+        echo "ours: rc $? $(el)"
+        timeout 150 ncu --clock-control none --nvtx --nvtx-include prof/ --launch-count 1 \
+          --section SourceCounters --section WarpStateStats --section InstructionStats -f -o /tmp/src-cudnn \
+          python3 bench/prof_sdpa.py cudnn fwd $dt $hd $n $cz 2 > /tmp/src-out/cudnn.log 2>&1
+        echo "cudnn: rc $? $(el)"
+        for who in ours cudnn; do
+          [ -f /tmp/src-$who.ncu-rep ] || { tail -5 /tmp/src-out/$who.log; continue; }
+          ncu -i /tmp/src-$who.ncu-rep --page details > /tmp/src-out/$who-details.txt 2>&1
+          ncu -i /tmp/src-$who.ncu-rep --page source --csv --print-source sass > /tmp/src-out/$who-sass.csv 2>&1
+          echo "-- $who: $(wc -l < /tmp/src-out/$who-sass.csv) SASS lines"
+          python3 scripts/ncu-top.py /tmp/src-out/$who-sass.csv 25
+          grep -E "^  [a-zA-Z_].*\(|Duration|Warp Cycles Per Issued|Executed Instructions  " /tmp/src-out/$who-details.txt | head -6
+        done
+        tar czf "$OUT/cudnn-src.tgz" -C /tmp src-out
       fi ;;
     clock)
       # Issue 12: ours and cuDNN on the same cells, back to back for 2.5 s each, with the SM clock and
