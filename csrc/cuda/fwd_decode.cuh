@@ -51,6 +51,10 @@ __device__ __forceinline__ unsigned long long dec_now() {
   } while (0)
 #endif
 
+// The most splits of a (sequence, kv head) that split_combine merges (fwd_api.cu caps the split
+// count at kMaxCombine, this many; run_fwd_decode refuses more).
+constexpr int kDecodeMaxSplits = 32;
+
 template <typename T_, int kHeadDim_>
 struct DecodeTraits {
   using T = T_;
@@ -96,7 +100,7 @@ struct DecodeTraits {
 // over the splits for the weights: B 1 x 16k 24.4 -> 22.9 us (2.74 -> 2.93 TB/s), B 1 x 64k 73.5
 // -> 71.8, B 16 x 4k 70.7 -> 70.1, page 1 B 1 x 16k 27.4 -> 26.2. (Twelfth session: staging the
 // partials in shared memory with cp.async measured no faster.)
-template <class Tr>
+template <class Tr, int kPre>
 __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo& seq, int hk, int b, int rows, int tid,
                                               unsigned char* smem) {
   using T = typename Tr::T;
@@ -128,9 +132,14 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
   // The weights of row r come from warp r % kWarps, lane sp holding split sp's lse (ns <= 32,
   // run_fwd_decode caps the splits at kMaxCombine): max and sum by shuffles. Each thread's first
   // item requests its first kPre partial rows before that, so their round trip overlaps the lse
-  // loads' (the weights are only needed to add them up).
+  // loads' (the weights are only needed to add them up); the rest follow in groups of eight.
+  // kPre (H200 A/B, eighteenth session, B 1 x 16k at 32 splits, us per call back to back): the
+  // bulk-row loader (pages not a multiple of 16) 26.0 -> 24.3 with all 32 (16 at W 64, which keeps
+  // that kernel within the 168 registers of three blocks per SM); the tensor-map loader 22.8 either
+  // way and B 16 x 4k 69.8 -> 70.5 with 32 (162 -> 168 registers): it keeps 8.
   static_assert(kDecodeRows % Tr::kWarps == 0, "rows spread evenly over the warps");
-  constexpr int kGroups = W / 4, kPre = 8, kRowsPerWarp = kDecodeRows / Tr::kWarps;
+  static_assert(kPre >= 1 && kPre <= kDecodeMaxSplits, "prefetched partials");
+  constexpr int kGroups = W / 4, kRowsPerWarp = kDecodeRows / Tr::kWarps;
   const int warp = tid >> 5, lane = tid & 31;
   const int64_t split_stride = P * a.heads * W;
   auto item_ptr = [&](int idx, int* r_out, int* c_out) -> const float* {
@@ -665,7 +674,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     FA_DEC_MARK(7, (static_cast<unsigned long long>(max(t_end - t_begin, 0)) << 32) | smid);
   }
 #endif
-  if (d.num_splits > 1) split_combine<Tr>(d, seq, hk, b, rows, tid, smem);
+  if (d.num_splits > 1) split_combine<Tr, kLoader == kDecodeTmaTiles ? 8 : Tr::kHeadDim <= 64 ? 16 : kDecodeMaxSplits>(d, seq, hk, b, rows, tid, smem);
   FA_DEC_MARK(6, dec_now());
   }
 }

@@ -49,6 +49,13 @@
 namespace fa {
 namespace cuda {
 
+#ifndef FA_WS_EARLY_TEST
+#define FA_WS_EARLY_TEST 1
+#endif
+#ifndef FA_WS_RESCALE_IN_SOFTMAX
+#define FA_WS_RESCALE_IN_SOFTMAX 1
+#endif
+
 template <typename T_, int kHeadDim_, int kConsumers_, int kBlockN_ = sm90_ws_block_n(kHeadDim_)>
 struct Sm90WsTraits {
   using T = T_;
@@ -85,6 +92,17 @@ struct Sm90WsTraits {
   // takes ~16 off. Needs O's own buffer (Q's is gone during the epilogue) and D / 16 * 4 registers
   // (32 at D 128); D <= 128, two consumer warpgroups (the three of W 64 spill 120 bytes with it).
   static constexpr bool kQReg = FA_WS_QREG && kFullO && kHeadDim <= 128 && kConsumers == 2;
+  // The next step's K / V full barriers tested while the warp waits for S (mbar_test), their waits
+  // at the step's start skipped where both had landed (FA_WS_EARLY_TEST=0 at compile time:
+  // comparisons).
+  // (H200 A/B, eighteenth session: +0.2-1.7% at D 128, +3% at D 64 with two consumers; -2-4% with
+  // the three of W 64 and -0.3-1% at D 256, where it stays off.)
+  static constexpr bool kEarlyTest = FA_WS_EARLY_TEST != 0 && kConsumers_ == 2 && kHeadDim_ <= 128;
+  // The wait for the previous block's P V before the softmax, O rescaled inside it (see the loop;
+  // FA_WS_RESCALE_IN_SOFTMAX=0 at compile time: comparisons). (H200 A/B, eighteenth session, public
+  // API, 3 runs: D 64 +0.5-2.5%, D 128 -1.3..+0.7% (geometric mean +0.1%), D 256 -0.1..-2%, where
+  // it stays off: there the wait moved before the softmax leaves less to hide behind the P V.)
+  static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
   // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
@@ -587,13 +605,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
 
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
+    // The next step's K and V full barriers are tested while the warp waits for S (kEarlyTest):
+    // where both had landed, that step starts without their round trips.
+    uint32_t kv_ready = 0;
     for (int it = 1; it < n_blocks; ++it) {
       int sn = sc + 1;
       uint32_t phn = phc;
       if (sn == S) sn = 0, phn ^= 1u;
       FA_WS_BMARK(j, it, cw, 0, clock64());
-      mbar_wait(bar_kf + 8 * sn, phn);
-      mbar_wait(bar_vf + 8 * sc, phc);
+      if (!kv_ready) {
+        mbar_wait(bar_kf + 8 * sn, phn);
+        mbar_wait(bar_vf + 8 * sc, phc);
+      }
       if (it == 1) zero_tail(sc);
       FA_WS_BMARK(j, it, cw, 1, clock64());
       my_turn();
@@ -603,24 +626,47 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       issue_pv(sc, it > 1 ? 1 : 0);
       pass_turn();
       FA_WS_BMARK(j, it, cw, 3, clock64());
+      if constexpr (Tr::kEarlyTest) {
+        int sn2 = sn + 1;
+        uint32_t phn2 = phn;
+        if (sn2 == S) sn2 = 0, phn2 ^= 1u;
+        kv_ready = it + 1 < n_blocks ? mbar_test(bar_kf + 8 * sn2, phn2) & mbar_test(bar_vf + 8 * sn, phn) : 0u;
+      }
       sm90::wgmma_wait<1>();
       sm90::reg_fence<BN / 2>(sf);
       FA_WS_BMARK(j, it, cw, 4, clock_after(__float_as_uint(sf[0])));
       release(bar_ke + 8 * sn);
       if (q_early && it == n_blocks - 1) release(bar_qe);
-      mask_and_softmax(n_max - 1 - it);
-      FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
-      sm90::wgmma_wait<0>();
-      sm90::reg_fence<D / 2>(of);
-      FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(of[0])));
-      sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
-      release(bar_ve + 8 * sc);
-      // O *= alpha; skipped when no row of the warp moved its max (alpha exactly 1 then).
-      if (rescale_always || __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
+      if constexpr (Tr::kRescaleInSoftmax) {
+        // P(it-1) V(it-1) waited for before the softmax, and O *= alpha (exactly 1 for a row whose
+        // max stayed) in it, every time: the multiplies fill the FMA pipe while the exponentials
+        // hold the MUFU, where the rescale after the softmax (and the vote that skipped it) sat
+        // on the step's critical path. Why not the softmax beside P V: ptxas hoists this wait to
+        // the top of the softmax anyway (it reads no register; the H200's ncu source view,
+        // eighteenth session: WARPGROUP.DEPBAR.LE gsb0, 0x0 before the row max), and a branch that
+        // pins it after the softmax makes every kernel spill (P(it-1), O, S and Q live at once:
+        // 56-570 bytes of stack). cuDNN's kernel orders its step this way too.
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<D / 2>(of);
+        sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
+        release(bar_ve + 8 * sc);
+        score_mod_and_mask<BN, false>(s, a, win, n_max - 1 - it, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
+        online_softmax_step_rescale(s, row_max, row_sum, o, sl2);
+      } else {
+        mask_and_softmax(n_max - 1 - it);
+        FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<D / 2>(of);
+        FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(of[0])));
+        sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
+        release(bar_ve + 8 * sc);
+        // O *= alpha; skipped when no row of the warp moved its max (alpha exactly 1 then).
+        if (rescale_always || __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
+          for (int dt = 0; dt < D / 8; ++dt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
+            for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
+        }
       }
       pack_p();
       sc = sn;

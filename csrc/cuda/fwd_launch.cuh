@@ -282,6 +282,8 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
                       : d.loader == kDecodeBulkRows ? &fwd_decode_kernel<Tr, kDecodeBulkRows>
                                                     : &fwd_decode_kernel<Tr, kDecodeCpAsync>;
   if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
+  if (d.num_splits > kDecodeMaxSplits)
+    return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most " + std::to_string(kDecodeMaxSplits) + " splits");
   if (d.f.batch > 65535)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most 65535 sequences per call");
   // sm_90 ring depth: the deepest that keeps the blocks the grid puts on an SM resident together

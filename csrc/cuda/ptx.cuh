@@ -160,6 +160,25 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 #endif
 }
+// Whether the phase of parity `parity` has completed, without waiting (1 / 0): a test made early
+// (while the warp waits on something else anyway) spares the later mbar_wait its round trip when
+// it says the data is there. Valid until the consumer releases the stage (the phase cannot move on
+// before that).
+__device__ __forceinline__ uint32_t mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 done, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, done;\n"
+      "}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+#endif
+  return ok;
+}
 // Bulk global -> shared copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) that
 // completes as transactions on mbarrier `bar`.
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
