@@ -274,9 +274,9 @@ fa_status cuda_err(cudaError_t e, const char* what) {
 constexpr int kMinChunks = 2;
 int decode_splits(int units, int n_chunks, int slots, int sms) {
   if (n_chunks <= 1 || units >= slots) return 1;
-  const int max_splits = std::min({kMaxCombine, std::max(1, n_chunks / kMinChunks), std::max(1, slots / units)});
+  const int max_splits = std::min({kDecodeMaxSplits, std::max(1, n_chunks / kMinChunks), std::max(1, slots / units)});
   double best = 0;
-  double eff[kMaxCombine + 1] = {0};
+  double eff[kDecodeMaxSplits + 1] = {0};
   for (int s = 1; s <= max_splits; ++s) {
     const double waves = double(units) * s / sms;
     eff[s] = waves / std::ceil(waves);
@@ -446,9 +446,9 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     if (splits <= 0) {
       splits = decode_splits(units, n_chunks, sm_count() * per_sm, sm_count());
     }
-    // The in-kernel merge (split_combine) takes at most kMaxCombine partials: more splits than that
-    // never pay here anyway.
-    splits = std::max(1, std::min({splits, kMaxCombine, std::max(n_chunks, 1)}));
+    // The in-kernel merge (split_combine) takes at most kDecodeMaxSplits partials: more splits than
+    // that never pay here anyway.
+    splits = std::max(1, std::min({splits, kDecodeMaxSplits, std::max(n_chunks, 1)}));
     d.num_splits = splits;
     // The bulk loader's rings are sized for the blocks that share an SM: one when the grid fits
     // the SMs once, per_sm otherwise. FA_DECODE_STAGES=n fixes the ring depth (comparisons).

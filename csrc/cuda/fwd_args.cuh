@@ -98,6 +98,10 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs args, cudaStream_t stream);
 // Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
 constexpr int kDecodeRows = 16;
 constexpr int kDecodeChunk = 64;
+// The most splits of a (sequence, kv head) whose partials the decode kernel's in-kernel merge
+// (fwd_decode.cuh, split_combine) takes: fwd_api.cu caps its split count here, run_fwd_decode
+// refuses more.
+constexpr int kDecodeMaxSplits = 32;
 
 // The paged decode kernel (GQA rows of a kv head packed, split-KV), csrc/generated/fwd_decode_*.cu:
 // fp16 / bf16, W = 64, 128, 256. partial_o / partial_lse: split-KV workspace (num_splits > 1).

@@ -51,10 +51,6 @@ __device__ __forceinline__ unsigned long long dec_now() {
   } while (0)
 #endif
 
-// The most splits of a (sequence, kv head) that split_combine merges (fwd_api.cu caps the split
-// count at kMaxCombine, this many; run_fwd_decode refuses more).
-constexpr int kDecodeMaxSplits = 32;
-
 template <typename T_, int kHeadDim_>
 struct DecodeTraits {
   using T = T_;
@@ -129,15 +125,16 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
   const int group = a.group;
   const int64_t P = static_cast<int64_t>(a.batch) * d.rows_per_seq;
   float* const wt = reinterpret_cast<float*>(smem);  // [rows][ns] weights (the merge area is done)
-  // The weights of row r come from warp r % kWarps, lane sp holding split sp's lse (ns <= 32,
-  // run_fwd_decode caps the splits at kMaxCombine): max and sum by shuffles. Each thread's first
-  // item requests its first kPre partial rows before that, so their round trip overlaps the lse
-  // loads' (the weights are only needed to add them up); the rest follow in groups of eight.
+  // The weights of row r come from warp r % kWarps, lane sp holding split sp's lse (ns <=
+  // kDecodeMaxSplits <= 32): max and sum by shuffles. Each thread's first item requests its first
+  // kPre partial rows before that, so their round trip overlaps the lse loads' (the weights are
+  // only needed to add them up); the rest follow in groups of eight.
   // kPre (H200 A/B, eighteenth session, B 1 x 16k at 32 splits, us per call back to back): the
   // bulk-row loader (pages not a multiple of 16) 26.0 -> 24.3 with all 32 (16 at W 64, which keeps
   // that kernel within the 168 registers of three blocks per SM); the tensor-map loader 22.8 either
   // way and B 16 x 4k 69.8 -> 70.5 with 32 (162 -> 168 registers): it keeps 8.
   static_assert(kDecodeRows % Tr::kWarps == 0, "rows spread evenly over the warps");
+  static_assert(kDecodeMaxSplits <= 32, "one lane per split");
   static_assert(kPre >= 1 && kPre <= kDecodeMaxSplits, "prefetched partials");
   constexpr int kGroups = W / 4, kRowsPerWarp = kDecodeRows / Tr::kWarps;
   const int warp = tid >> 5, lane = tid & 31;
