@@ -100,7 +100,7 @@ struct Sm90WsTraits {
   static constexpr bool kEarlyTest = FA_WS_EARLY_TEST != 0 && kConsumers_ == 2 && kHeadDim_ <= 128;
   // The wait for the previous block's P V before the softmax, O rescaled inside it (see the loop;
   // FA_WS_RESCALE_IN_SOFTMAX=0 at compile time: comparisons). (H200 A/B, eighteenth session, public
-  // API, 3 runs: D 64 +0.5-2.5%, D 128 -1.3..+0.7% (geometric mean +0.1%), D 256 -0.1..-2%, where
+  // API, 3 runs: D 64 +0.5-2.5%, D 128 -0.7..+1.3% (geometric mean +0.1%), D 256 -0.1..-2%, where
   // it stays off: there the wait moved before the softmax leaves less to hide behind the P V.)
   static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
