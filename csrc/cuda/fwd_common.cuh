@@ -301,22 +301,5 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], flo
     }
 }
 
-// online_softmax_step, and the O accumulator (wgmma C fragments of one m64 row block: [n8 tile][4],
-// rows g and g + 8 as in s) rescaled by each row's alpha in the same pass, unconditionally (alpha is
-// exactly 1 for a row whose max stayed, so that row's O is unchanged bit for bit). The multiplies
-// are independent of the exponentials: the scheduler interleaves them, the FMA pipe taking them
-// while the MUFU works.
-template <int kNT, int kOT>
-__device__ __forceinline__ void online_softmax_step_rescale(float (&s)[1][kNT][4], float (&row_max)[1][2],
-                                                            float (&row_sum)[1][2], float (&o)[1][kOT][4],
-                                                            float sl2) {
-  float alpha[1][2];
-  online_softmax_step(s, row_max, row_sum, alpha, sl2);
-#pragma unroll
-  for (int dt = 0; dt < kOT; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
-}
-
 }  // namespace cuda
 }  // namespace fa

@@ -650,8 +650,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         sm90::reg_fence<D / 2>(of);
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
-        score_mod_and_mask<BN, false>(s, a, win, n_max - 1 - it, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
-        online_softmax_step_rescale(s, row_max, row_sum, o, sl2);
+        mask_and_softmax(n_max - 1 - it);
       } else {
         mask_and_softmax(n_max - 1 - it);
         FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
@@ -660,13 +659,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(of[0])));
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
-        // O *= alpha; skipped when no row of the warp moved its max (alpha exactly 1 then).
-        if (rescale_always || __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
+      }
+      // O *= alpha: every block where the wait came first (the multiplies join the softmax's
+      // instruction stream), else skipped when no row of the warp moved its max (alpha exactly 1).
+      if (Tr::kRescaleInSoftmax || rescale_always ||
+          __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
 #pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt)
+        for (int dt = 0; dt < D / 8; ++dt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
-        }
+          for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
       }
       pack_p();
       sc = sn;
