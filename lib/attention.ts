@@ -4,9 +4,9 @@
 // settles at once with the output tensors (see tensor.ts and the README); CPU calls settle when
 // their work is done.
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
-import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
+import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, OutLse, Grads, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, spareHandle, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -98,7 +98,15 @@ function check4d(fn: string, name: string, t: Tensor, bhsd: boolean): void {
 }
 
 /** causal, scale, window, softcap and the CPU tuning options. */
+const DEFAULT_MASKS: Mask[] = [];
 export function checkMask(fn: string, opts: Record<string, unknown>, D: number): Mask {
+  if (opts.causal === undefined && opts.scale === undefined && opts.window === undefined && opts.softcap === undefined &&
+    opts.cpu === undefined && D > 0) {
+    // No mask option given (most calls): one frozen record per head dim.
+    return DEFAULT_MASKS[D] ??= Object.freeze({
+      causal: false, scale: 1 / Math.sqrt(D), softcap: 0, hasWindow: false, left: -1, right: -1, blockM: 0, blockN: 0, threads: 0,
+    });
+  }
   const causal = checkBoolean(fn, 'options.causal', opts.causal, false);
   let scale = 1 / Math.sqrt(D);
   if (opts.scale !== undefined) {
@@ -228,6 +236,14 @@ export function slotOf(t: Tensor | undefined, fn: string, name: string): Handle 
   return s.kind === 'device' ? s.handle : s.data;
 }
 
+/**
+ * An output slot: the caller's tensor, or (CUDA) a spare handle that the call fills with its new
+ * output and returns, or null (the call makes a new handle).
+ */
+export function outSlot(t: Tensor | undefined, fn: string, name: string, device: number): Handle | HostArray | null {
+  return t !== undefined ? slotOf(t, fn, name) : device >= 0 ? spareHandle() : null;
+}
+
 export function hostArray(dtype: DType, n: number): HostArray {
   return dtype === 'float32' ? new Float32Array(n) : dtype === 'int32' ? new Int32Array(n) : new Uint16Array(n);
 }
@@ -265,13 +281,15 @@ function params(p: Problem): Float64Array {
  * Promise settles when the work is done. CUDA: output slots that are null are allocated by the call,
  * and their handles come back in slot order; the work is queued and the call returns at once.
  */
-export async function runCall(fn: string, op: number, P: Float64Array, device: number,
-  slots: Partial<Record<SlotName, SlotValue>>): Promise<Handle[]> {
-  const arr = slotArray(P, slots);
-  if (device < 0) {
-    await callNative(fn, () => native.call(op, P, arr) as Promise<void>);
-    return [];
-  }
+export function runCall(fn: string, op: number, P: Float64Array, device: number,
+  slots: Partial<Record<SlotName, SlotValue>>): Handle[] | Promise<Handle[]> {
+  return runSlots(fn, op, P, device, slotArray(P, slots));
+}
+
+/** runCall with the slot array already made (slotArray, or indexed by S and slot_count set). */
+export function runSlots(fn: string, op: number, P: Float64Array, device: number, arr: SlotValue[]): Handle[] | Promise<Handle[]> {
+  if (device < 0) return callNativeAsync(fn, () => native.call(op, P, arr) as Promise<void>).then(() => []);
+  // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
   return callNative(fn, () => native.call(op, P, arr) as Handle[]);
 }
 
@@ -283,11 +301,15 @@ export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: 
   const fn = 'flashAttention';
   const opts = checkOptions(fn, options, FWD_OPTIONS);
   const p = checkProblem(fn, q, k, v, opts);
-  const lseShape = [p.B, p.H, p.Nq];
-  const inputs = [q, k, v];
-  let out = checkOutput(fn, 'options.out', opts.out, q.shape, p.dtype, p.device, inputs);
-  let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', p.device, inputs);
-  if (out !== undefined && out === lse) throw typeError(fn, 'options.lse', 'must not be options.out', 'the same Tensor', true);
+  // Frozen: the lse tensor takes it as its shape without a copy.
+  const lseShape = Object.freeze([p.B, p.H, p.Nq]);
+  let out: Tensor | undefined, lse: Tensor | undefined;
+  if (opts.out !== undefined || opts.lse !== undefined) {
+    const inputs = [q, k, v];
+    out = checkOutput(fn, 'options.out', opts.out, q.shape, p.dtype, p.device, inputs);
+    lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', p.device, inputs);
+    if (out !== undefined && out === lse) throw typeError(fn, 'options.lse', 'must not be options.out', 'the same Tensor', true);
+  }
   if (p.B * p.Nq * p.H === 0) {  // nothing to write
     return new OutLse(
       out ?? await Tensor.empty(q.shape, { dtype: p.dtype, device: q.device }),
@@ -299,10 +321,16 @@ export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: 
     out ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
     lse ??= Tensor.wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
   }
-  const h = await runCall(fn, OP.forward, P, p.device, {
-    q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
-    out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
-  });
+  // The slot array indexed directly (what slotArray makes from named slots, without its lookups).
+  const arr: SlotValue[] = [];
+  arr[S.q] = slotOf(q, fn, 'q');
+  arr[S.k] = slotOf(k, fn, 'k');
+  arr[S.v] = slotOf(v, fn, 'v');
+  arr[S.out] = outSlot(out, fn, 'options.out', p.device);
+  arr[S.lse] = outSlot(lse, fn, 'options.lse', p.device);
+  P[F.slot_count] = arr.length;
+  const r = runSlots(fn, OP.forward, P, p.device, arr);
+  const h = r instanceof Promise ? await r : r;
   let i = 0;
   return new OutLse(
     out ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
@@ -364,7 +392,8 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
   const h = await runCall(fn, OP.backward, P, p.device, {
     dout: slotOf(dout, fn, 'dout'), q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
     out: slotOf(out, fn, 'out'), lse: slotOf(lse, fn, 'lse'),
-    dq: slotOf(dq, fn, 'options.dq'), dk: slotOf(dk, fn, 'options.dk'), dv: slotOf(dv, fn, 'options.dv'),
+    dq: outSlot(dq, fn, 'options.dq', p.device), dk: outSlot(dk, fn, 'options.dk', p.device),
+    dv: outSlot(dv, fn, 'options.dv', p.device),
     softmax_d: p.device < 0 ? slotOf(softmaxD, fn, 'softmaxD') : wantD,
   });
   let i = 0;

@@ -9,7 +9,7 @@
 // contents are the caller's responsibility (a bad value can give wrong results, never an
 // out-of-bounds access: the kernels clamp every index), and maxSeqlenQ / maxSeqlenK must be given.
 import {
-  MAX_HEAD_DIM, checkCudaHeadDim, checkMask, checkOutput, checkTensorArg, deviceIndex, fillMask, hostArray, runCall,
+  MAX_HEAD_DIM, checkCudaHeadDim, checkMask, checkOutput, checkTensorArg, deviceIndex, fillMask, hostArray, outSlot, runCall,
   slotOf, type Mask, type MaskOptions,
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
@@ -295,7 +295,7 @@ export async function flashAttentionVarlen(q: Tensor, k: Tensor, v: Tensor, opti
   }
   const h = await runCall(fn, OP.forward, P, p.device, {
     q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
-    out: slotOf(out, fn, 'options.out'), lse: slotOf(lse, fn, 'options.lse'),
+    out: outSlot(out, fn, 'options.out', p.device), lse: outSlot(lse, fn, 'options.lse', p.device),
     cu_seqlens_q: cq.slot, cu_seqlens_k: ck.slot,
   });
   return packedResult(p.device, h, q, p.H, p.totalQ, p.dtype, out, lse);
@@ -353,7 +353,8 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
   const h = await runCall(fn, OP.backward, P, p.device, {
     dout: slotOf(dout, fn, 'dout'), q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
     out: slotOf(out, fn, 'out'), lse: slotOf(lse, fn, 'lse'),
-    dq: slotOf(dq, fn, 'options.dq'), dk: slotOf(dk, fn, 'options.dk'), dv: slotOf(dv, fn, 'options.dv'),
+    dq: outSlot(dq, fn, 'options.dq', p.device), dk: outSlot(dk, fn, 'options.dk', p.device),
+    dv: outSlot(dv, fn, 'options.dv', p.device),
     cu_seqlens_q: cq.slot, cu_seqlens_k: ck.slot,
   });
   let i = 0;
@@ -502,9 +503,10 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
     lse ??= Tensor.wrapHost(new Float32Array(H * totalQ), [H, totalQ], 'float32');
   }
   const slots = c.slots;
-  slots.out = slotOf(out, fn, 'options.out');
-  slots.lse = slotOf(lse, fn, 'options.lse');
-  const h = await runCall(fn, OP.paged, P, device, slots);
+  slots.out = outSlot(out, fn, 'options.out', device);
+  slots.lse = outSlot(lse, fn, 'options.lse', device);
+  const r = runCall(fn, OP.paged, P, device, slots);
+  const h = r instanceof Promise ? await r : r;
   return packedResult(device, h, tq, H, totalQ, tq.dtype, out, lse);
 }
 
@@ -650,8 +652,8 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
       slotOf(lse, fn, 'options.lse') as Float32Array) as Promise<void>);
     return new OutLse(out, lse);
   }
-  const h = callNative(fn, () => native.merge(P, os, ls as Array<Handle | Float32Array>, slotOf(out, fn, 'options.out'),
-    slotOf(lse, fn, 'options.lse') as Handle | null) as Handle[]);
+  const h = callNative(fn, () => native.merge(P, os, ls as Array<Handle | Float32Array>, outSlot(out, fn, 'options.out', device),
+    outSlot(lse, fn, 'options.lse', device) as Handle | null) as Handle[]);
   let i = 0;
   return new OutLse(
     out ?? Tensor.wrapDevice(device, h[i++], o0.shape, o0.dtype),

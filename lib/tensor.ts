@@ -26,6 +26,18 @@ type Storage =
 
 const INTERNAL = Symbol('Tensor.internal');
 
+// Handles of disposed device tensors, for reuse: a CUDA call given one in an output slot returns
+// its new output in that handle instead of making a new one (a native handle with a finalizer, and
+// its collection later, cost more than the rest of the binding's part of a small call). A handle is
+// referenced only by its tensor's storage, which dispose() has dropped, so nothing else can use it.
+const spares: Handle[] = [];
+const MAX_SPARES = 64;
+
+/** @internal A spare handle for an output slot of a CUDA call, or null (the call makes a new one). */
+export function spareHandle(): Handle | null {
+  return spares.length > 0 ? spares.pop()! : null;
+}
+
 /** Checks a shape and returns its element count. */
 export function checkShape(fn: string, shape: unknown, arg = 'shape'): number {
   if (!Array.isArray(shape)) throw typeError(fn, arg, 'must be an array of non-negative integers', shape);
@@ -244,7 +256,10 @@ export class Tensor {
   dispose(): void {
     const s = this.#storage;
     this.#storage = null;
-    if (s?.kind === 'device') native.free(s.handle);
+    if (s?.kind === 'device') {
+      native.free(s.handle);
+      if (spares.length < MAX_SPARES) spares.push(s.handle);
+    }
   }
 
   /** `using t = ...` (TypeScript 5.2+ explicit resource management): disposed at the end of the scope. */

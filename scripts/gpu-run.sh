@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -145,6 +145,21 @@ for s in $steps; do
           head -12 "$OUT/nsys-percall-pdl$pdl.csv"
         done
       fi ;;
+    api-ab)
+      # Issue 10's per-call cost, JavaScript and binding together: this tree (addon and dist, side
+      # new) against AB_OLD_ADDON (an xz of a .node) with AB_OLD_DIST (a tgz holding dist/), in
+      # turns, AB_ROUNDS rounds (default 3): `--overhead` (back to back, host time, kernel by events,
+      # the read back), the binding's host profile, and scripts/host-cost.js.
+      rm -rf /tmp/ab-old /tmp/ab-new && mkdir -p /tmp/ab-old /tmp/ab-new
+      tar xzf "$AB_OLD_DIST" -C /tmp/ab-old && xz -dc "$AB_OLD_ADDON" > /tmp/ab-old/addon.node
+      cp -r dist /tmp/ab-new/dist && cp build/Release/flash_attention_node.node /tmp/ab-new/addon.node
+      for round in $(seq 1 ${AB_ROUNDS:-3}); do for side in old new; do
+        rm -rf dist && cp -r /tmp/ab-$side/dist dist && cp /tmp/ab-$side/addon.node build/Release/flash_attention_node.node
+        echo "-- $side (round $round)"
+        FA_PROFILE_HOST=1 timeout 60 node dist/bench/cli.js --grid off --overhead --out /tmp/api-$side 2>&1 | grep -E "Per-call|host profile"
+        timeout 90 node scripts/host-cost.js 2>&1 | grep -E "flashAttention|pagedAttention B16|JS only"
+      done; done | tee "$OUT/api-ab.log"
+      rm -rf dist && cp -r /tmp/ab-new/dist dist && cp /tmp/ab-new/addon.node build/Release/flash_attention_node.node ;;
     tiny-ab)
       # Issue 10's tiny call ([1, 128, 4, 64] fp16) with this tree's addon (a) and each of AB_ADDON
       # (xz's or .node files: b1, b2, ...), in turns, AB_ROUNDS rounds (default 3): `--overhead`

@@ -165,6 +165,10 @@ class DeviceContext {
   Napi::Value Wrap(Napi::Env env, void* ptr, size_t bytes);
   // The allocation behind a handle, or nullptr when `v` is not a live handle.
   static DevAlloc* Unwrap(Napi::Env env, Napi::Value v);
+  // A handle of ours whose memory was freed (a spare the JS side keeps for reuse), else nullptr.
+  static DevAlloc* UnwrapSpare(Napi::Env env, Napi::Value v);
+  // Gives a spare handle `ptr` (bytes long) to own, as Wrap does for a new handle.
+  void Refill(Napi::Env env, DevAlloc* spare, void* ptr, size_t bytes);
   // Frees a handle's memory now (stream-ordered). Idempotent.
   static void Release(Napi::Env env, DevAlloc* a);
 

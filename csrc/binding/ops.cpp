@@ -362,13 +362,20 @@ struct CudaCall {
   DeviceContext* ctx;
   const Call& c;
   std::vector<void*> temps;      // freed after the launch, in stream order
-  std::vector<std::pair<void*, size_t>> fresh;  // outputs allocated here (returned as handles)
+  // Outputs allocated here, returned as handles: a spare handle's (see Out) or a new one's.
+  struct Fresh {
+    void* ptr;
+    size_t bytes;
+    DevAlloc* spare;
+    napi_value handle;  // the spare's value
+  };
+  std::vector<Fresh> fresh;
 
   ~CudaCall() {
     for (void* t : temps) ctx->FreeAsync(t);
   }
   void Fail(const std::string& msg) {
-    for (auto& f : fresh) ctx->FreeAsync(f.first);
+    for (auto& f : fresh) ctx->FreeAsync(f.ptr);
     fresh.clear();
     throw Napi::Error::New(c.env, msg);
   }
@@ -394,21 +401,32 @@ struct CudaCall {
                                 std::to_string(bytes));
     return a->ptr;
   }
-  // An output: the caller's tensor, or a new allocation returned as a handle.
+  // An output: the caller's tensor, or a new allocation returned as a handle. The slot may hold a
+  // spare (a handle of a disposed tensor, which the JS side keeps for reuse): the new allocation
+  // is then returned in that handle instead of a new one.
   void* Out(Slot s, size_t bytes) {
     Napi::Value v = c.S(s);
-    if (!v.IsUndefined() && !v.IsNull()) return In(s, bytes);
-    return New(bytes);
+    if (v.IsUndefined() || v.IsNull()) return New(bytes);
+    if (DevAlloc* spare = DeviceContext::UnwrapSpare(c.env, v)) return New(bytes, spare, v);
+    return In(s, bytes);
   }
-  // A new output, returned as a handle.
-  void* New(size_t bytes) {
+  // A new output, returned as a handle (`spare`'s when given).
+  void* New(size_t bytes, DevAlloc* spare = nullptr, napi_value handle = nullptr) {
     void* p = Alloc(bytes, "output");
-    fresh.emplace_back(p, bytes);
+    fresh.push_back({p, bytes, spare, handle});
     return p;
   }
   Napi::Value Result() {
     Napi::Array arr = Napi::Array::New(c.env, fresh.size());
-    for (size_t i = 0; i < fresh.size(); ++i) arr.Set(uint32_t(i), ctx->Wrap(c.env, fresh[i].first, fresh[i].second));
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      const Fresh& f = fresh[i];
+      if (f.spare != nullptr) {
+        ctx->Refill(c.env, f.spare, f.ptr, f.bytes);
+        arr.Set(uint32_t(i), Napi::Value(c.env, f.handle));
+      } else {
+        arr.Set(uint32_t(i), ctx->Wrap(c.env, f.ptr, f.bytes));
+      }
+    }
     fresh.clear();
     return arr;
   }
@@ -800,11 +818,8 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
     lptr[i] = static_cast<const float*>(dev(lses.Get(uint32_t(i)), lbytes, "lses[i]"));
   }
   auto out_or_new = [&](Napi::Value v, size_t bytes, const char* what) -> void* {
-    if (v.IsUndefined() || v.IsNull()) {
-      void* q = cc.Alloc(bytes ? bytes : 1, what);
-      cc.fresh.emplace_back(q, bytes);
-      return q;
-    }
+    if (v.IsUndefined() || v.IsNull()) return cc.New(bytes);
+    if (DevAlloc* spare = DeviceContext::UnwrapSpare(env, v)) return cc.New(bytes, spare, v);
     return dev(v, bytes, what);
   };
   p.out = out_or_new(info[3], obytes, "out");

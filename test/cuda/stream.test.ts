@@ -138,6 +138,57 @@ describeGpu('CUDA stream-ordered execution', () => {
     expect(q.disposed).toBe(true);
   });
 
+  it('handles of disposed results serve later results: those stay disposed, the new ones hold their own data', async () => {
+    const rng = new Rng(1208);
+    const shapes = [[1, 37, 3, 64], [2, 200, 4, 128]];
+    const inputs = [];
+    const refs: Uint8Array[] = [];
+    for (const s of shapes) {
+      const q = await dev(randomTensor(rng, s, 'float16').tensor);
+      const k = await dev(randomTensor(rng, s, 'float16').tensor);
+      const v = await dev(randomTensor(rng, s, 'float16').tensor);
+      const r = await flashAttention(q, k, v);
+      refs.push(await rawBytes(r.out));
+      refs.push(await rawBytes(r.lse));
+      disposeAll(r.out, r.lse);
+      inputs.push([q, k, v] as const);
+    }
+    // Results of two sizes, disposed in a mixed order, so that each call's outputs land in handles
+    // that held the other size's outputs; every kept result must still read back as its own call's.
+    const kept: Array<{ i: number; out: Tensor; lse: Tensor }> = [];
+    const gone: Tensor[] = [];
+    for (let n = 0; n < 40; n++) {
+      const i = n % 2;
+      const [q, k, v] = inputs[i];
+      const r = await flashAttention(q, k, v);
+      if (n % 3 === 0) kept.push({ i, out: r.out, lse: r.lse });
+      else {
+        disposeAll(r.out, r.lse);
+        gone.push(r.out, r.lse);
+      }
+    }
+    for (const t of gone) {
+      expect(t.disposed).toBe(true);
+      await expect(t.toTypedArray()).rejects.toThrow(/disposed/);
+    }
+    for (const { i, out, lse } of kept) {
+      expect(out.shape).toEqual(shapes[i]);
+      expect(bytesEqual(await rawBytes(out), refs[2 * i])).toBe(true);
+      expect(bytesEqual(await rawBytes(lse), refs[2 * i + 1])).toBe(true);
+    }
+    // Steady state: a call whose results are disposed right away allocates nothing that stays.
+    await synchronize();
+    const before = memoryStats().allocated;
+    for (let n = 0; n < 200; n++) {
+      const r = await flashAttention(...inputs[n % 2]);
+      disposeAll(r.out, r.lse);
+    }
+    await synchronize();
+    expect(memoryStats().allocated).toBeLessThanOrEqual(before);
+    for (const { out, lse } of kept) disposeAll(out, lse);
+    for (const t of inputs) disposeAll(...t);
+  });
+
   it('synchronize(): resolves once queued work is done; the CPU form resolves at once', async () => {
     const rng = new Rng(1205);
     const q = await dev(randomTensor(rng, [4, 2048, 16, 128], 'float16').tensor);
