@@ -97,9 +97,11 @@ function check4d(fn: string, name: string, t: Tensor, bhsd: boolean): void {
   }
 }
 
+// The mask record of a call that gives no mask option, one per head dim (frozen: shared).
+const DEFAULT_MASKS: Array<Readonly<Mask>> = [];
+
 /** causal, scale, window, softcap and the CPU tuning options. */
-const DEFAULT_MASKS: Mask[] = [];
-export function checkMask(fn: string, opts: Record<string, unknown>, D: number): Mask {
+export function checkMask(fn: string, opts: Readonly<Record<string, unknown>>, D: number): Readonly<Mask> {
   if (opts.causal === undefined && opts.scale === undefined && opts.window === undefined && opts.softcap === undefined &&
     opts.cpu === undefined && D > 0) {
     // No mask option given (most calls): one frozen record per head dim.

@@ -43,7 +43,7 @@ function editDistance(a: string, b: string): number {
  */
 const NO_OPTIONS: Readonly<Record<string, unknown>> = Object.freeze({});
 
-export function checkOptions(fn: string, options: unknown, known: readonly string[], name = 'options'): Record<string, unknown> {
+export function checkOptions(fn: string, options: unknown, known: readonly string[], name = 'options'): Readonly<Record<string, unknown>> {
   if (options === undefined) return NO_OPTIONS;
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw typeError(fn, name, 'must be an object or undefined', options);

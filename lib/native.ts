@@ -15,7 +15,7 @@ export type SlotValue = Handle | HostArray | boolean | null | undefined;
 export interface NativeStats { allocated: number; reserved: number; peakAllocated: number; free: number; total: number }
 
 interface RawBinding {
-  layout(): { fields: string[]; slots: string[]; ops: string[] };
+  layout(): { fields: string[]; slots: string[]; ops: string[]; features?: string[] };
   /** CPU (params.device < 0): Promise settled when done. CUDA: the new output handles, queued. */
   call(op: number, params: Float64Array, slots: SlotValue[]): Promise<void> | Handle[];
   merge(params: Float64Array, outs: Array<Handle | HostArray>, lses: Array<Handle | Float32Array>,
@@ -75,6 +75,9 @@ export const F = indexMap('field', FIELD_NAMES, layout.fields);
 export const S = indexMap('slot', SLOT_NAMES, layout.slots);
 /** Operation codes. */
 export const OP = indexMap('op', OP_NAMES, layout.ops);
+// Call conventions the JavaScript relies on: spare_outputs, an output slot may hold the handle of a
+// disposed tensor for the call to fill (tensor.ts, spareHandle).
+indexMap('feature', ['spare_outputs'] as const, layout.features ?? []);
 const NUM_FIELDS = layout.fields.length;
 
 // One params record serves every call: the binding copies what it needs before it returns (CPU

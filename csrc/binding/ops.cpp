@@ -373,6 +373,9 @@ struct CudaCall {
 
   ~CudaCall() {
     for (void* t : temps) ctx->FreeAsync(t);
+    // Outputs not handed out (an exception between their allocation and Result): Result and Fail
+    // leave nothing here.
+    for (auto& f : fresh) ctx->FreeAsync(f.ptr);
   }
   void Fail(const std::string& msg) {
     for (auto& f : fresh) ctx->FreeAsync(f.ptr);
@@ -908,6 +911,11 @@ Napi::Value Layout(const Napi::CallbackInfo& info) {
   o.Set("fields", fields);
   o.Set("slots", slots);
   o.Set("ops", ops);
+  // Conventions of the calls that the names above do not show (lib/native.ts requires each one):
+  // spare_outputs: an output slot may hold a freed handle of ours, which the call fills (CudaCall::Out).
+  Napi::Array features = Napi::Array::New(env);
+  features.Set(uint32_t(0), "spare_outputs");
+  o.Set("features", features);
   return o;
 }
 
