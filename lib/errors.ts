@@ -37,12 +37,13 @@ function editDistance(a: string, b: string): number {
   return prev[b.length];
 }
 
+// What checkOptions returns for absent options: one shared frozen object, not one per call.
+const NO_OPTIONS: Readonly<Record<string, unknown>> = Object.freeze({});
+
 /**
  * Throws unless `options` is undefined or a plain object whose keys are all known. `name` is the
  * argument's name in messages: 'options', or a nested object's path such as 'options.rotary'.
  */
-const NO_OPTIONS: Readonly<Record<string, unknown>> = Object.freeze({});
-
 export function checkOptions(fn: string, options: unknown, known: readonly string[], name = 'options'): Readonly<Record<string, unknown>> {
   if (options === undefined) return NO_OPTIONS;
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
