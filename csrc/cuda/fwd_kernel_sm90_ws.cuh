@@ -648,9 +648,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         // 56-570 bytes of stack). cuDNN's kernel orders its step this way too.
         sm90::wgmma_wait<0>();
         sm90::reg_fence<D / 2>(of);
+        // (marks 5 and 6 in this order here; a plain clock64, kept after the wait by the volatile
+        // fence before it: one bound to of[0] made ptxas serialize the trace build's wgmmas)
+        FA_WS_BMARK(j, it, cw, 5, clock64());
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
         mask_and_softmax(n_max - 1 - it);
+        FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
       } else {
         mask_and_softmax(n_max - 1 - it);
         FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));

@@ -156,12 +156,16 @@ void ws_trace_report(cudaStream_t stream, void* trace) {
           d[kBTraceFields - 1] += double(next - t[kBTraceFields - 1]);
           d[kBTraceFields] += double(next - t[0]);
         }
+    // Marks 5 and 6 close the step's fourth and fifth phases: the softmax, then the wait for P V;
+    // with the P V wait before the softmax (Tr::kRescaleInSoftmax) the other way round.
+    const char* const phase5 = Tr::kRescaleInSoftmax ? "P V wait" : "softmax";
+    const char* const phase6 = Tr::kRescaleInSoftmax ? "softmax with O rescale" : "P V wait";
     if (nd > 0)
       fprintf(stderr,
               "fa ws step trace: W %d, %d consumers, %d keys: %ld steps; cycles: K/V wait %.0f, turn wait %.0f, issue %.0f, "
-              "S wait %.0f, softmax %.0f, P V wait %.0f, rescale+pack+loop %.0f; period %.0f\n",
-              Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, nd, d[0] / nd, d[1] / nd, d[2] / nd, d[3] / nd, d[4] / nd,
-              d[5] / nd, d[6] / nd, d[7] / nd);
+              "S wait %.0f, %s %.0f, %s %.0f, rescale+pack+loop %.0f; period %.0f\n",
+              Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, nd, d[0] / nd, d[1] / nd, d[2] / nd, d[3] / nd, phase5, d[4] / nd,
+              phase6, d[5] / nd, d[6] / nd, d[7] / nd);
   }
   const double per_block = steady_blocks > 0 ? steady / steady_blocks : 0;
   const double hand = n_gap ? gap / n_gap : 0, first = n_fill ? fill / n_fill : 0;
