@@ -159,7 +159,7 @@ void ws_trace_report(cudaStream_t stream, void* trace) {
     // Marks 5 and 6 close the step's fourth and fifth phases: the softmax, then the wait for P V;
     // with the P V wait before the softmax (Tr::kRescaleInSoftmax) the other way round.
     const char* const phase5 = Tr::kRescaleInSoftmax ? "P V wait" : "softmax";
-    const char* const phase6 = Tr::kRescaleInSoftmax ? "softmax with O rescale" : "P V wait";
+    const char* const phase6 = Tr::kRescaleInSoftmax ? "softmax" : "P V wait";
     if (nd > 0)
       fprintf(stderr,
               "fa ws step trace: W %d, %d consumers, %d keys: %ld steps; cycles: K/V wait %.0f, turn wait %.0f, issue %.0f, "
