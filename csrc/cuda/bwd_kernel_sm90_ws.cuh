@@ -130,6 +130,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   constexpr int BN = Tr::kBlockN;
   constexpr int S = Tr::kStages;
   constexpr int NQ = Tr::kDqCols;
+  // dQ images per row block: one (the two warpgroups' column halves), or one per warpgroup in the
+  // independent walks (each over its own 64 keys, all columns).
+  constexpr int kImages = kWalk >= 2 ? 2 : 1;
+  static_assert(kImages <= Tr::kDqImages, "the traits' dQ buffers hold the walk's images");
   const BwdArgs& a = ta.a;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -206,7 +210,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         // dQ writer: the image of block it from buffer it % 2, handed back on its empty barrier.
         bwd_ws_write_dq<Tr>(
             a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
-            [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
+            [&](float* dst, int it) {
+#pragma unroll
+              for (int im = 0; im < kImages; ++im)
+                bulk_reduce_add_f32(dst, sDq + ((it & 1) * Tr::kDqImages + im) * Tr::kTileDq, Tr::kTileDq);
+            },
             [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }
     }
@@ -344,7 +352,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
       const int d = it & 1;
       if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
-      bwd_ws_stage_dq<NQ>(sdq_warp + d * (Tr::kTileDq / 4), dq, lane);
+      bwd_ws_stage_dq<NQ>(sdq_warp + d * (Tr::kDqImages * Tr::kTileDq / 4), dq, lane);
       sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
       release(bar_dqf + 8 * d);
     };
@@ -457,9 +465,81 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       }
     };
 
+    // Independent walk (W 64; kWalk 2, and 3 with turns): no barrier between the warpgroups. Each
+    // one's dQ share is dS K_j over its own 64 keys and all columns (A: its own rows of dS^T, which
+    // only its own warps wrote: a barrier of its 128 threads), into its own dQ image of the buffer;
+    // the writer adds both images. Against the plain walk the dQ product reads a third less shared
+    // memory (four m64n64 wgmmas instead of eight m64n32), and, with no barrier of the 256 consumer
+    // threads per block, the warpgroups need not run in step. With turns (kWalk 3) they take turns
+    // to issue their products (S^T / dP^T, then dV / dK / dQ), as the forward's consumers do, so
+    // that one's P^T / dS^T arithmetic runs while the other's products keep the tensor cores busy.
+    auto walk_indep = [&]() {
+      constexpr bool kTurns = kWalk == 3;
+      const uint64_t dK_all = sm90::smem_desc(sK, BN * 128, 1024);  // B of dQ: all 64 columns
+      float* const sdq_img = reinterpret_cast<float*>(smem + Tr::kOffDq) + cw * (Tr::kTileDq / 4) + wq * (2 * 16 * 32);
+      // Turns in a ring of the two warpgroups (named barriers 8, 9): warpgroup 1 lets warpgroup 0
+      // go first; 2 turns per block, the same number for both; warpgroup 1's last turn signals nobody.
+      int turns_left = 2 * total;
+      auto my_turn = [&]() {
+        if (kTurns) sm90::named_bar_sync(8 + cw, 256);
+      };
+      auto pass_turn = [&]() {
+        --turns_left;
+        if (kTurns && (cw == 0 || turns_left > 0)) sm90::named_bar_arrive(8 + (cw ^ 1), 256);
+      };
+      if (kTurns && cw == 1 && total > 0) sm90::named_bar_arrive(8, 256);
+      for (int it = 0; it < total; ++it) {
+        const int st = it % S;
+        const int db = it & 1;
+        const int row0 = row0_of(it);
+        mbar_wait(bar_qf + 8 * st, (it / S) & 1);
+        float s[BM / 8][4], dp[BM / 8][4];
+        my_turn();
+        issue_sdp(false, st, s, dp);
+        pass_turn();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<BM / 2>(&s[0][0]);
+        sm90::reg_fence<BM / 2>(&dp[0][0]);
+        sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
+                                   Nk, key0, BN, row0, BM, key_l, row_l);
+        sm90::fence_proxy_async_smem();  // dS^T for this warpgroup's dQ product
+        uint32_t pa[BM / 16][4], dsa[BM / 16][4];
+        pack_a(s, pa);
+        pack_a(dp, dsa);
+        sm90::named_bar_sync(2 + cw, 128);  // its four warps' rows of dS^T written
+        float dq[W / 2];
+        my_turn();
+        sm90::wgmma_fence();
+        issue_dvdk(pa, dv, ddO_mn + st * kStage);
+        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          sm90::Wgmma<T, W>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + (4 * cw + kk) * kMnStep,
+                                              dK_all + (4 * cw + kk) * kMnStep, kk > 0);
+        sm90::wgmma_commit();
+        pass_turn();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<W / 2>(dq);
+        sm90::reg_fence<W / 2>(dv);
+        sm90::reg_fence<W / 2>(dk);
+        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+        release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
+        // This warp's 16 rows x 64 columns: two tiles of the workspace's 32-column order.
+        const int d = it & 1;
+        if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
+        float* const dst = sdq_img + d * (Tr::kDqImages * Tr::kTileDq / 4);
+        bwd_ws_stage_dq<32>(dst, *reinterpret_cast<const float(*)[16]>(&dq[0]), lane);
+        bwd_ws_stage_dq<32>(dst + 16 * 32, *reinterpret_cast<const float(*)[16]>(&dq[16]), lane);
+        sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+        release(bar_dqf + 8 * d);
+      }
+    };
+
     mbar_wait(bar_kv, 0);
     if constexpr (kWalk == 0) walk_plain();
-    else walk_overlapped();
+    else if constexpr (kWalk == 1) walk_overlapped();
+    else if constexpr (W == 64) walk_indep();
 
     // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
     sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);

@@ -1,0 +1,71 @@
+// The W 64 Hopper backward's other walks (bwd_kernel_sm90_ws.cuh): the library picks one per tile
+// width, and this file forces another for every call (FA_BWD_WS_OVERLAP, read once per process;
+// vitest runs each file in its own process, pool 'forks'), so that it too runs on random shapes
+// (ragged key and row blocks, GQA, both layouts, head dims 8..64 on the W 64 kernel), causal masks,
+// windows, softcap and deterministic mode, against float64, and gives bit-identical gradients in
+// deterministic mode. The walk forced: FA_BWD_WS_OVERLAP when set outside (any of 0..3), else 0
+// (the plain walk, which the W 64 default replaced). Calls of other widths fall back to their own
+// walks. Skipped (visibly) without a CUDA device.
+process.env.FA_BWD_WS_OVERLAP ??= '0';
+import { expect, it } from 'vitest';
+import { flashAttention, flashAttentionBackward } from '../../lib/index';
+import { type AttnCase, caseName, checkBackwardCase, randomCases } from '../helpers/harness';
+import { maskedDenseCases } from '../helpers/inference-cases';
+import { Rng, bytesEqual, describeGpu, disposeAll, randomTensor, rawBytes } from '../helpers/reference';
+
+const WALK = process.env.FA_BWD_WS_OVERLAP;
+
+const RANDOM = randomCases({
+  seed: 6464,
+  count: 40,
+  Ns: [1, 7, 63, 64, 65, 127, 128, 129, 255, 257, 500, 1000],
+  Ds: [8, 24, 40, 56, 64],
+  budget: 1.5e7,
+  heads: [1, 2, 4],
+  groups: [1, 2, 4],
+  batches: [1, 2, 3],
+  dtypes: ['float16', 'bfloat16'],
+});
+
+// Long walks: many row blocks per key block (the dQ buffers and the Q / dO ring wrap many times).
+const LONG: AttnCase[] = [
+  { seed: 64001, B: 1, Nq: 2000, Nk: 300, H: 4, Hkv: 1, D: 64, causal: false, layout: 'bshd', dtype: 'float16', returnSoftmaxD: true },
+  { seed: 64002, B: 2, Nq: 1500, Nk: 1500, H: 2, Hkv: 2, D: 64, causal: true, layout: 'bhsd', dtype: 'bfloat16' },
+  { seed: 64003, B: 1, Nq: 1100, Nk: 900, H: 8, Hkv: 2, D: 48, causal: true, layout: 'bshd', dtype: 'float16', deterministic: true },
+];
+
+describeGpu(`CUDA backward, W 64 walk ${WALK} vs float64`, () => {
+  for (const tc of RANDOM) it(caseName(tc), () => checkBackwardCase(tc, 'cuda'));
+  for (const tc of RANDOM.slice(0, 10)) {
+    const det: AttnCase = { ...tc, seed: tc.seed + 1, deterministic: true };
+    it(caseName(det), () => checkBackwardCase(det, 'cuda'));
+  }
+  for (const tc of LONG) it(`long ${caseName(tc)}`, () => checkBackwardCase(tc, 'cuda'));
+  const masked = maskedDenseCases(6465, 30, { Ns: [1, 7, 64, 65, 129, 300, 700], Ds: [32, 64], budget: 2e7, gpu: true });
+  for (const c of masked.filter((x) => x.dtype !== 'float32')) it(`window / softcap ${caseName(c)}`, () => checkBackwardCase(c, 'cuda'));
+
+  for (const dtype of ['float16', 'bfloat16'] as const) {
+    it(`${dtype} D 64 GQA causal window: deterministic: true gives bit-identical dq, dk, dv across runs`, async () => {
+      const B = 2, Nq = 700, Nk = 900, H = 4, Hkv = 2, D = 64;
+      const rng = new Rng(6466);
+      const host = [
+        randomTensor(rng, [B, Nq, H, D], dtype),
+        randomTensor(rng, [B, Nk, Hkv, D], dtype),
+        randomTensor(rng, [B, Nk, Hkv, D], dtype),
+        randomTensor(rng, [B, Nq, H, D], dtype),
+      ];
+      const [q, k, v, dout] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
+      host.forEach((h) => h.tensor.dispose());
+      const opts = { causal: true, window: [400, 0] as [number, number] };
+      const fwd = await flashAttention(q, k, v, opts);
+      const runs: Uint8Array[][] = [];
+      for (let r = 0; r < 3; r++) {
+        const g = await flashAttentionBackward(dout, q, k, v, fwd.out, fwd.lse, { ...opts, deterministic: true });
+        runs.push([await rawBytes(g.dq), await rawBytes(g.dk), await rawBytes(g.dv)]);
+        disposeAll(g.dq, g.dk, g.dv);
+      }
+      for (const r of runs.slice(1)) for (let j = 0; j < 3; j++) expect(bytesEqual(r[j], runs[0][j]), ['dq', 'dk', 'dv'][j]).toBe(true);
+      disposeAll(q, k, v, dout, fwd.out, fwd.lse);
+    });
+  }
+});
