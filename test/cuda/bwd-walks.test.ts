@@ -1,11 +1,11 @@
-// The W 64 Hopper backward's other walks (bwd_kernel_sm90_ws.cuh): the library picks one per tile
-// width, and this file forces another for every call (FA_BWD_WS_OVERLAP, read once per process;
-// vitest runs each file in its own process, pool 'forks'), so that it too runs on random shapes
-// (ragged key and row blocks, GQA, both layouts, head dims 8..64 on the W 64 kernel), causal masks,
-// windows, softcap and deterministic mode, against float64, and gives bit-identical gradients in
-// deterministic mode. The walk forced: FA_BWD_WS_OVERLAP when set outside (any of 0..3), else 0
-// (the plain walk, which the W 64 default replaced). Calls of other widths fall back to their own
-// walks. Skipped (visibly) without a CUDA device.
+// The Hopper backward's other walks at W 64 / 128 (bwd_kernel_sm90_ws.cuh): the library picks one
+// per tile width, and this file forces another for every call (FA_BWD_WS_OVERLAP, read once per
+// process; vitest runs each file in its own process, pool 'forks'), so that it too runs on random
+// shapes (ragged key and row blocks, GQA, both layouts, head dims 8..128 on the W 64 and W 128
+// kernels), causal masks, windows, softcap and deterministic mode, against float64, and gives
+// bit-identical gradients in deterministic mode. The walk forced: FA_BWD_WS_OVERLAP when set
+// outside (any of 0..3), else 0 (the plain walk). A walk a width does not have falls back to the
+// plain one (the overlapped walk with softcap). Skipped (visibly) without a CUDA device.
 process.env.FA_BWD_WS_OVERLAP ??= '0';
 import { expect, it } from 'vitest';
 import { flashAttention, flashAttentionBackward } from '../../lib/index';
@@ -19,7 +19,7 @@ const RANDOM = randomCases({
   seed: 6464,
   count: 40,
   Ns: [1, 7, 63, 64, 65, 127, 128, 129, 255, 257, 500, 1000],
-  Ds: [8, 24, 40, 56, 64],
+  Ds: [8, 24, 40, 56, 64, 72, 96, 120, 128],
   budget: 1.5e7,
   heads: [1, 2, 4],
   groups: [1, 2, 4],
@@ -32,21 +32,23 @@ const LONG: AttnCase[] = [
   { seed: 64001, B: 1, Nq: 2000, Nk: 300, H: 4, Hkv: 1, D: 64, causal: false, layout: 'bshd', dtype: 'float16', returnSoftmaxD: true },
   { seed: 64002, B: 2, Nq: 1500, Nk: 1500, H: 2, Hkv: 2, D: 64, causal: true, layout: 'bhsd', dtype: 'bfloat16' },
   { seed: 64003, B: 1, Nq: 1100, Nk: 900, H: 8, Hkv: 2, D: 48, causal: true, layout: 'bshd', dtype: 'float16', deterministic: true },
+  { seed: 64004, B: 1, Nq: 1300, Nk: 700, H: 4, Hkv: 2, D: 128, causal: true, layout: 'bshd', dtype: 'bfloat16' },
+  { seed: 64005, B: 2, Nq: 900, Nk: 1000, H: 2, Hkv: 1, D: 112, causal: false, layout: 'bhsd', dtype: 'float16', deterministic: true },
 ];
 
-describeGpu(`CUDA backward, W 64 walk ${WALK} vs float64`, () => {
+describeGpu(`CUDA backward, walk ${WALK} at W 64 / 128 vs float64`, () => {
   for (const tc of RANDOM) it(caseName(tc), () => checkBackwardCase(tc, 'cuda'));
   for (const tc of RANDOM.slice(0, 10)) {
     const det: AttnCase = { ...tc, seed: tc.seed + 1, deterministic: true };
     it(caseName(det), () => checkBackwardCase(det, 'cuda'));
   }
   for (const tc of LONG) it(`long ${caseName(tc)}`, () => checkBackwardCase(tc, 'cuda'));
-  const masked = maskedDenseCases(6465, 30, { Ns: [1, 7, 64, 65, 129, 300, 700], Ds: [32, 64], budget: 2e7, gpu: true });
+  const masked = maskedDenseCases(6465, 30, { Ns: [1, 7, 64, 65, 129, 300, 700], Ds: [32, 64, 128], budget: 2e7, gpu: true });
   for (const c of masked.filter((x) => x.dtype !== 'float32')) it(`window / softcap ${caseName(c)}`, () => checkBackwardCase(c, 'cuda'));
 
-  for (const dtype of ['float16', 'bfloat16'] as const) {
-    it(`${dtype} D 64 GQA causal window: deterministic: true gives bit-identical dq, dk, dv across runs`, async () => {
-      const B = 2, Nq = 700, Nk = 900, H = 4, Hkv = 2, D = 64;
+  for (const [dtype, D] of [['float16', 64], ['bfloat16', 64], ['float16', 128], ['bfloat16', 128]] as const) {
+    it(`${dtype} D ${D} GQA causal window: deterministic: true gives bit-identical dq, dk, dv across runs`, async () => {
+      const B = 2, Nq = 700, Nk = 900, H = 4, Hkv = 2;
       const rng = new Rng(6466);
       const host = [
         randomTensor(rng, [B, Nq, H, D], dtype),
