@@ -217,8 +217,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
             a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
             [&](float* dst, int it) {
 #pragma unroll
-              for (int im = 0; im < kImages; ++im)
+              for (int im = 0; im < kImages; ++im) {
+                // Two images add into the same rows: in deterministic mode the first completes
+                // before the second is issued (two copies in flight may add in either order).
+                if (im > 0 && det) {
+                  bulk_commit_group();
+                  bulk_wait_group<0, false>();
+                }
                 bulk_reduce_add_f32(dst, sDq + slot(it % kBufs, im) * Tr::kTileDq, Tr::kTileDq);
+              }
             },
             [&](int it) { mbar_arrive(bar_dqe + 8 * (it % kBufs)); });
       }
