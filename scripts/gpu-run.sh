@@ -221,18 +221,23 @@ for s in $steps; do
       # Issue 12: ncu source counters (stall samples per SASS instruction) of cuDNN's forward kernel
       # and of ours on the same cell (SRC_CELL "dtype:D:N:causal", default fp16 D 128 full N 4k):
       # how cuDNN orders its softmax at ~0.9 "wait" cycles per instruction against our ~2.1
-      # (sixteenth session). The SASS pages as CSV, tarred into $OUT/cudnn-src.tgz.
+      # (sixteenth session). The SASS pages as CSV, tarred into $OUT/cudnn-src.tgz. SRC_DIR=bwd: the
+      # backward's main kernels instead (ours: bwd_kernel_sm90_ws; cuDNN's: its `bprop` kernel, taken
+      # by name: it runs on autograd's thread, outside the NVTX range).
       if command -v ncu > /dev/null; then
         IFS=: read -r dt hd n cz <<< "${SRC_CELL:-float16:128:4096:0}"
         cs=off; [ "$cz" = 1 ] && cs=on; dts=fp16; [ "$dt" = bfloat16 ] && dts=bf16
+        sd=${SRC_DIR:-fwd}
+        kn=regex:fwd_kernel_sm90_ws; csel="--nvtx --nvtx-include prof/ --launch-count 1"
+        [ "$sd" = bwd ] && kn=regex:bwd_kernel_sm90_ws && csel="--kernel-name regex:bprop --launch-skip 3 --launch-count 1"
         mkdir -p /tmp/src-out
-        timeout 150 ncu --clock-control none --kernel-name regex:fwd_kernel_sm90_ws --launch-skip 3 --launch-count 1 \
+        timeout 150 ncu --clock-control none --kernel-name $kn --launch-skip 3 --launch-count 1 \
           --section SourceCounters --section WarpStateStats --section InstructionStats -f -o /tmp/src-ours \
-          node dist/bench/cli.js --dir fwd --dtype $dts --hdim $hd --seqlen $n --causal $cs --api-ms 1 --reps 2 --out /tmp/sp > /tmp/src-out/ours.log 2>&1
+          node dist/bench/cli.js --dir $sd --dtype $dts --hdim $hd --seqlen $n --causal $cs --api-ms 1 --reps 2 --out /tmp/sp > /tmp/src-out/ours.log 2>&1
         echo "ours: rc $? $(el)"
-        timeout 150 ncu --clock-control none --nvtx --nvtx-include prof/ --launch-count 1 \
+        timeout 150 ncu --clock-control none $csel \
           --section SourceCounters --section WarpStateStats --section InstructionStats -f -o /tmp/src-cudnn \
-          python3 bench/prof_sdpa.py cudnn fwd $dt $hd $n $cz 2 > /tmp/src-out/cudnn.log 2>&1
+          python3 bench/prof_sdpa.py cudnn $sd $dt $hd $n $cz 4 > /tmp/src-out/cudnn.log 2>&1
         echo "cudnn: rc $? $(el)"
         for who in ours cudnn; do
           [ -f /tmp/src-$who.ncu-rep ] || { tail -5 /tmp/src-out/$who.log; continue; }

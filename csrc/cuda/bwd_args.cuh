@@ -126,7 +126,7 @@ inline int64_t bwd_ws_rows_packed(int total_q, int batch) {
 struct BwdTmaArgs {
   CUtensorMap tq, tdo, tk, tv;
   BwdArgs a;
-  int overlap;  // the walk (FA_BWD_WS_OVERLAP): -1 by tile width, 0 plain, 1 overlapped, 2 / 3 independent (W 64; 3 with turns)
+  int overlap;  // the walk where there is no score modifier: -1 by tile width, 0 plain, 1 overlapped (FA_BWD_WS_OVERLAP)
 };
 
 // Defined once per (element type, tile width) in csrc/generated/: run_bwd_atomic in

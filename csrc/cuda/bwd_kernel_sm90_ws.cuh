@@ -88,14 +88,14 @@ __device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base,
 // memory back. Deterministic mode: the adds into a row block wait for this key block's turn
 // (bwd_det_rank) and complete before the next key block's turn is released, so the sums run in
 // key-block order; the consumers, one buffer ahead, do not wait.
-template <class Tr, int kBufs, class Issue, class Done>
+template <class Tr, class Issue, class Done>
 __device__ __forceinline__ void bwd_ws_write_dq(const BwdArgs& a, const SeqInfo& seq, bool det, int n_block, int total,
                                                 int n_m, int m_begin, int hk, int64_t ws_b, uint32_t bar_dqf,
                                                 Issue&& issue, Done&& done) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN;
   for (int it = 0; it < total; ++it) {
-    const int d = it % kBufs;
-    mbar_wait(bar_dqf + 8 * d, (it / kBufs) & 1);
+    const int d = it & 1;
+    mbar_wait(bar_dqf + 8 * d, (it >> 1) & 1);
     const int mm = m_begin + it % n_m;
     const int64_t wrow = ws_b + (hk * a.group + it / n_m) * a.ws_head + mm * BM;
     int* sem = nullptr;
@@ -130,15 +130,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   constexpr int BN = Tr::kBlockN;
   constexpr int S = Tr::kStages;
   constexpr int NQ = Tr::kDqCols;
-  // dQ images per row block: one (the two warpgroups' column halves), or one per warpgroup in the
-  // independent walks (each over its own 64 keys, all columns).
-  // The dQ area holds kSlots images: the plain / overlapped walks use two buffers of one image, the
-  // independent walks kSlots / 2 buffers (W 64: two; W 128: one) of two.
-  constexpr int kSlots = Tr::kDqBufs * Tr::kDqImages;
-  constexpr int kImages = kWalk >= 2 ? 2 : 1;
-  constexpr int kBufs = kWalk >= 2 ? kSlots / 2 : 2;
-  static_assert(Tr::kRowSplit || (kBufs >= 1 && kBufs * kImages <= kSlots), "the traits' dQ area holds the walk's images");
-  auto slot = [](int d, int im) { return d * (kSlots / kBufs) + im; };
   const BwdArgs& a = ta.a;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -200,7 +191,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         // dQ writer: block it's image, 16 warp tiles of 16 rows x 64 columns (4 KiB, in the
         // workspace's fragment order), from the Q / dO tiles of stage it % 2 (the row split's
         // consumers below), then the stage goes back to the producer.
-        bwd_ws_write_dq<Tr, 2>(
+        bwd_ws_write_dq<Tr>(
             a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
             [&](float* dst, int it) {
               const uint32_t stage = (it & 1) * Tr::kTileQ;
@@ -212,22 +203,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
             },
             [&](int it) { mbar_arrive(bar_qe + 8 * (it & 1)); });
       } else {
-        // dQ writer: the image(s) of block it from buffer it % kBufs, handed back on its empty barrier.
-        bwd_ws_write_dq<Tr, kBufs>(
+        // dQ writer: the image of block it from buffer it % 2, handed back on its empty barrier.
+        bwd_ws_write_dq<Tr>(
             a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
-            [&](float* dst, int it) {
-#pragma unroll
-              for (int im = 0; im < kImages; ++im) {
-                // Two images add into the same rows: in deterministic mode the first completes
-                // before the second is issued (two copies in flight may add in either order).
-                if (im > 0 && det) {
-                  bulk_commit_group();
-                  bulk_wait_group<0, false>();
-                }
-                bulk_reduce_add_f32(dst, sDq + slot(it % kBufs, im) * Tr::kTileDq, Tr::kTileDq);
-              }
-            },
-            [&](int it) { mbar_arrive(bar_dqe + 8 * (it % kBufs)); });
+            [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
+            [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }
     }
     return;
@@ -364,7 +344,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
       const int d = it & 1;
       if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
-      bwd_ws_stage_dq<NQ>(sdq_warp + slot(d, 0) * (Tr::kTileDq / 4), dq, lane);
+      bwd_ws_stage_dq<NQ>(sdq_warp + d * (Tr::kTileDq / 4), dq, lane);
       sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
       release(bar_dqf + 8 * d);
     };
@@ -477,101 +457,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       }
     };
 
-    // Independent walks (W 64 / 128; kWalk 2, and 3 with turns): no barrier between the warpgroups.
-    // Each one's dQ share is dS K_j over its own 64 keys and all columns (A: its own rows of dS^T,
-    // which only its own warps wrote: a barrier of its 128 threads), in passes of 64 columns, into
-    // its own dQ image; the writer adds both images. At W 64 the dQ product then reads a third less
-    // shared memory (four m64n64 wgmmas instead of eight m64n32), and, with no barrier of the 256
-    // consumer threads per block, the warpgroups need not run in step. With turns (kWalk 3) they
-    // take turns to issue their products (S^T / dP^T, then dV / dK / the first dQ pass), as the
-    // forward's consumers do, so that one's P^T / dS^T arithmetic runs while the other's products
-    // keep the tensor cores busy.
-    auto walk_indep = [&]() {
-      constexpr bool kTurns = kWalk == 3;
-      constexpr int QC = Tr::kDqChunk;      // columns of a workspace tile (W 64: 32, W 128: 64)
-      constexpr int kPass = 64 / QC;        // tiles per 64-column pass
-      const uint64_t dK_all = sm90::smem_desc(sK, BN * 128, 1024);  // B of dQ: column block p at p * BN rows
-      float* const sdq_img = reinterpret_cast<float*>(smem + Tr::kOffDq) + cw * (Tr::kTileDq / 4) + wq * (W / QC) * (16 * QC);
-      // Turns in a ring of the two warpgroups (named barriers 8, 9): warpgroup 1 lets warpgroup 0
-      // go first; 2 turns per block, the same number for both; warpgroup 1's last turn signals nobody.
-      int turns_left = 2 * total;
-      auto my_turn = [&]() {
-        if (kTurns) sm90::named_bar_sync(8 + cw, 256);
-      };
-      auto pass_turn = [&]() {
-        --turns_left;
-        if (kTurns && (cw == 0 || turns_left > 0)) sm90::named_bar_arrive(8 + (cw ^ 1), 256);
-      };
-      if (kTurns && cw == 1 && total > 0) sm90::named_bar_arrive(8, 256);
-      auto issue_dq = [&](float (&dq)[32], int db, int p) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          sm90::Wgmma<T, 64>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + (4 * cw + kk) * kMnStep,
-                                               dK_all + ((p * BN * 128) >> 4) + (4 * cw + kk) * kMnStep, kk > 0);
-      };
-      for (int it = 0; it < total; ++it) {
-        const int st = it % S;
-        const int db = it & 1;
-        const int row0 = row0_of(it);
-        mbar_wait(bar_qf + 8 * st, (it / S) & 1);
-        float s[BM / 8][4], dp[BM / 8][4];
-        my_turn();
-        issue_sdp(false, st, s, dp);
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::reg_fence<BM / 2>(&s[0][0]);
-        sm90::reg_fence<BM / 2>(&dp[0][0]);
-        sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
-                                   Nk, key0, BN, row0, BM, key_l, row_l);
-        sm90::fence_proxy_async_smem();  // dS^T for this warpgroup's dQ product
-        uint32_t pa[BM / 16][4], dsa[BM / 16][4];
-        pack_a(s, pa);
-        pack_a(dp, dsa);
-        sm90::named_bar_sync(2 + cw, 128);  // its four warps' rows of dS^T written
-        float dq[32];
-        my_turn();
-        sm90::wgmma_fence();
-        issue_dvdk(pa, dv, ddO_mn + st * kStage);
-        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
-        issue_dq(dq, db, 0);
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::reg_fence<32>(dq);
-        sm90::reg_fence<W / 2>(dv);
-        sm90::reg_fence<W / 2>(dk);
-        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-        release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
-        // This warp's 16 rows x W columns, as the workspace's tiles of QC columns, once the writer
-        // has read this buffer's images of block it - kBufs.
-        const int d = it % kBufs;
-        if (it >= kBufs) mbar_wait(bar_dqe + 8 * d, ((it / kBufs) - 1) & 1);
-        float* const dst = sdq_img + slot(d, 0) * (Tr::kTileDq / 4);
-#pragma unroll
-        for (int p = 0; p < W / 64; ++p) {
-          if (p > 0) {
-            // The pass's accumulators are the registers the previous pass's stores read: the fence
-            // orders those reads before the wgmmas write them.
-            sm90::wgmma_fence();
-            issue_dq(dq, db, p);
-            sm90::wgmma_commit();
-            sm90::wgmma_wait<0>();
-            sm90::reg_fence<32>(dq);
-          }
-#pragma unroll
-          for (int c = 0; c < kPass; ++c)
-            bwd_ws_stage_dq<QC>(dst + (p * kPass + c) * (16 * QC), *reinterpret_cast<const float(*)[QC / 2]>(&dq[c * (QC / 2)]), lane);
-        }
-        sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
-        release(bar_dqf + 8 * d);
-      }
-    };
-
     mbar_wait(bar_kv, 0);
     if constexpr (kWalk == 0) walk_plain();
-    else if constexpr (kWalk == 1) walk_overlapped();
-    else if constexpr (W == 64 || W == 128) walk_indep();
+    else walk_overlapped();
 
     // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
     sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);

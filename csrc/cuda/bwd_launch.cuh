@@ -189,27 +189,13 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
   // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).
   // The row split (W 256) has one walk.
-  // At W 64 / 128 the independent walks (2, 3: each warpgroup's dQ over its own keys; 3 with
-  // turns) run with any score modifier.
-  int walk = Tr::kRowSplit ? 0 : ta.overlap >= 0 ? ta.overlap : W == 128 ? 1 : 0;
-  if (walk > 3 || (walk >= 2 && W != 64 && W != 128)) walk = 0;
-  if (walk == 1 && a.softcap > 0.f) walk = 0;
+  const int walk = Tr::kRowSplit || a.softcap > 0.f ? 0 : ta.overlap >= 0 ? ta.overlap : W == 128 ? 1 : 0;
   auto kernel = &bwd_kernel_sm90_ws<Tr, 0>;
   if constexpr (!Tr::kRowSplit) {
     if (walk == 1) kernel = &bwd_kernel_sm90_ws<Tr, 1>;
   }
-  if constexpr (W == 64 || W == 128) {
-    if (walk == 2) kernel = &bwd_kernel_sm90_ws<Tr, 2>;
-    if (walk == 3) kernel = &bwd_kernel_sm90_ws<Tr, 3>;
-  }
   const void* kp = reinterpret_cast<const void*>(kernel);
-  fa_status st;
-  switch (walk) {
-    case 1: st = bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes); break;
-    case 2: st = bwd_smem_optin<Tr, 6>(kp, Tr::kSmemBytes); break;
-    case 3: st = bwd_smem_optin<Tr, 7>(kp, Tr::kSmemBytes); break;
-    default: st = bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes); break;
-  }
+  const fa_status st = walk == 1 ? bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes) : bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);

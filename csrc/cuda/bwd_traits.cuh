@@ -222,9 +222,6 @@ struct Sm90BwdWsTraits {
   static constexpr int kNumP = kRowSplit ? 2 : 1;          // per buffer: dS^T (and, row split, P^T)
   static constexpr int kTileDq = kBlockM * kHeadDim * 4;   // the fp32 dQ image of a row block
   static constexpr int kDqBufs = kRowSplit ? 0 : 2;        // its own buffers (row split: in the stage)
-  // dQ images per buffer: W 64 has room for one per consumer warpgroup, which the independent
-  // walks (bwd_kernel_sm90_ws.cuh, kWalk 2 / 3) fill with each warpgroup's dQ over its own keys.
-  static constexpr int kDqImages = kHeadDim == 64 ? 2 : 1;
   static constexpr int kDqCols = kHeadDim / 2;             // dQ columns per consumer warpgroup
   static constexpr int kDqChunk = Sm90BwdTraits<T_, kHeadDim_>::kDqChunk;  // dQ columns per wgmma
   static constexpr int kSRows = kRowSplit ? kBlockM / 2 : kBlockM;         // S^T columns per warpgroup
@@ -238,7 +235,7 @@ struct Sm90BwdWsTraits {
   static constexpr int kOffDo = kOffQ + kStages * kTileQ;
   static constexpr int kOffDs = kOffDo + kStages * kTileQ;  // buffer d: [P^T (row split)] dS^T
   static constexpr int kOffDq = kOffDs + 2 * kNumP * kTileP;
-  static constexpr int kOffL = kOffDq + kDqBufs * kDqImages * kTileDq;  // lse2 slices [kStages][kBlockM]
+  static constexpr int kOffL = kOffDq + kDqBufs * kTileDq;     // lse2 slices [kStages][kBlockM]
   static constexpr int kOffD = kOffL + kStages * kBlockM * 4;  // dsum slices
   static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;
   // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full x 2, dQ empty x 2 (the row

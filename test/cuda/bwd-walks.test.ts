@@ -1,11 +1,12 @@
-// The Hopper backward's other walks at W 64 / 128 (bwd_kernel_sm90_ws.cuh): the library picks one
-// per tile width, and this file forces another for every call (FA_BWD_WS_OVERLAP, read once per
-// process; vitest runs each file in its own process, pool 'forks'), so that it too runs on random
+// The Hopper backward's walks at W 64 / 128 (bwd_kernel_sm90_ws.cuh: the plain one and the
+// overlapped one): the library picks one per tile width (W 128: the overlapped one unless a softcap
+// is set), and this file forces one for every call (FA_BWD_WS_OVERLAP, read once per process;
+// vitest runs each file in its own process, pool 'forks'), so that the other also runs on random
 // shapes (ragged key and row blocks, GQA, both layouts, head dims 8..128 on the W 64 and W 128
 // kernels), causal masks, windows, softcap and deterministic mode, against float64, and gives
 // bit-identical gradients in deterministic mode. The walk forced: FA_BWD_WS_OVERLAP when set
-// outside (any of 0..3), else 0 (the plain walk). A walk a width does not have falls back to the
-// plain one (the overlapped walk with softcap). Skipped (visibly) without a CUDA device.
+// outside (0 or 1), else 0 (the plain walk, which W 128 takes only with a softcap). A score
+// modifier always takes the plain walk. Skipped (visibly) without a CUDA device.
 process.env.FA_BWD_WS_OVERLAP ??= '0';
 import { expect, it } from 'vitest';
 import { flashAttention, flashAttentionBackward } from '../../lib/index';
