@@ -111,8 +111,9 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& a, const floa
 // dV / dK products) read them. This lane holds keys key_l, key_l + 8 (relative to the block's
 // first key key0) and rows row_l + 8j, row_l + 8j + 1 (relative to the row block's first row row0);
 // l_s / d_s are the row block's lse2 / dsum slices. Four versions (softcap or not, mask or not)
-// chosen per block, so that the common one carries neither.
-template <typename T, int NS, bool kStoreP, bool kCap, bool kMask>
+// chosen per block, so that the common one carries neither. kStoreDs = false: dS^T stays in
+// registers (the caller stores it from its packed A fragments, bwd_ws_store_dst).
+template <typename T, int NS, bool kStoreP, bool kCap, bool kMask, bool kStoreDs = true>
 __device__ __forceinline__ void sm90_bwd_pds_tile(const BwdArgs& a, float (&s)[NS / 8][4], float (&dp)[NS / 8][4],
                                                   const float* l_s, const float* d_s, unsigned char* sdst,
                                                   unsigned char* spt, const KeyWindow& w, int key0, int row0,
@@ -142,7 +143,7 @@ __device__ __forceinline__ void sm90_bwd_pds_tile(const BwdArgs& a, float (&s)[N
       float ds0 = p0 * (dp[j][2 * hr] - dsum.x), ds1 = p1 * (dp[j][2 * hr + 1] - dsum.y);
       if constexpr (kCap) ds0 *= dm0, ds1 *= dm1;
       const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
-      *reinterpret_cast<uint32_t*>(sdst + off) = pack2<T>(ds0, ds1);
+      if constexpr (kStoreDs) *reinterpret_cast<uint32_t*>(sdst + off) = pack2<T>(ds0, ds1);
       if constexpr (kStoreP) *reinterpret_cast<uint32_t*>(spt + off) = pack2<T>(p0, p1);
       s[j][2 * hr] = p0, s[j][2 * hr + 1] = p1;
       dp[j][2 * hr] = ds0, dp[j][2 * hr + 1] = ds1;
@@ -180,7 +181,7 @@ __device__ __forceinline__ void sm90_bwd_p(const BwdArgs& a, float (&s)[NS / 8][
   if (w.needs_mask(key0, bn, row0, row0 + bm - 1)) sm90_bwd_p_tile<NS, true>(a, s, l_s, w, key0, row0, key_l, row_l);
   else sm90_bwd_p_tile<NS, false>(a, s, l_s, w, key0, row0, key_l, row_l);
 }
-template <typename T, int NS>
+template <typename T, int NS, bool kStoreDs = true>
 __device__ __forceinline__ void sm90_bwd_ds(const float (&p)[NS / 8][4], float (&dp)[NS / 8][4], const float* d_s,
                                             unsigned char* sdst, int key_l, int row_l) {
 #pragma unroll
@@ -191,8 +192,10 @@ __device__ __forceinline__ void sm90_bwd_ds(const float (&p)[NS / 8][4], float (
     for (int hr = 0; hr < 2; ++hr) {
       const int key = key_l + 8 * hr;
       const float ds0 = p[j][2 * hr] * (dp[j][2 * hr] - dsum.x), ds1 = p[j][2 * hr + 1] * (dp[j][2 * hr + 1] - dsum.y);
-      const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
-      *reinterpret_cast<uint32_t*>(sdst + off) = pack2<T>(ds0, ds1);
+      if constexpr (kStoreDs) {
+        const int off = key * 128 + ((((r >> 3)) ^ (key & 7)) << 4) + (r & 7) * 2;
+        *reinterpret_cast<uint32_t*>(sdst + off) = pack2<T>(ds0, ds1);
+      }
       dp[j][2 * hr] = ds0, dp[j][2 * hr + 1] = ds1;
     }
   }
@@ -200,7 +203,7 @@ __device__ __forceinline__ void sm90_bwd_ds(const float (&p)[NS / 8][4], float (
 
 // The version for this block: the mask only where the block [key0, key0 + bn) x [row0, row0 + bm)
 // crosses a bound of the window or the keys, the score modifier only with a softcap.
-template <typename T, int NS, bool kStoreP>
+template <typename T, int NS, bool kStoreP, bool kStoreDs = true>
 __device__ __forceinline__ void sm90_bwd_pds(const BwdArgs& a, float (&s)[NS / 8][4], float (&dp)[NS / 8][4],
                                              const float* l_s, const float* d_s, unsigned char* sdst,
                                              unsigned char* spt, int nq, int nk, int key0, int bn, int row0, int bm,
@@ -208,11 +211,11 @@ __device__ __forceinline__ void sm90_bwd_pds(const BwdArgs& a, float (&s)[NS / 8
   const KeyWindow w(SeqInfo{nq, nk, 0, 0}, a.window_left, a.window_right);
   const bool need_mask = w.needs_mask(key0, bn, row0, row0 + bm - 1);
   if (a.softcap > 0.f) {
-    if (need_mask) sm90_bwd_pds_tile<T, NS, kStoreP, true, true>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
-    else sm90_bwd_pds_tile<T, NS, kStoreP, true, false>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+    if (need_mask) sm90_bwd_pds_tile<T, NS, kStoreP, true, true, kStoreDs>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+    else sm90_bwd_pds_tile<T, NS, kStoreP, true, false, kStoreDs>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
   } else {
-    if (need_mask) sm90_bwd_pds_tile<T, NS, kStoreP, false, true>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
-    else sm90_bwd_pds_tile<T, NS, kStoreP, false, false>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+    if (need_mask) sm90_bwd_pds_tile<T, NS, kStoreP, false, true, kStoreDs>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
+    else sm90_bwd_pds_tile<T, NS, kStoreP, false, false, kStoreDs>(a, s, dp, l_s, d_s, sdst, spt, w, key0, row0, key_l, row_l);
   }
 }
 

@@ -48,6 +48,26 @@ __device__ __forceinline__ void bwd_ws_stage_dq(float* dst, const float (&dq)[N 
           make_float4(dq[4 * nt + 2 * hr], dq[4 * nt + 2 * hr + 1], dq[4 * (nt + 1) + 2 * hr], dq[4 * (nt + 1) + 2 * hr + 1]);
 }
 
+// One warp's dS^T (its 16 keys kbase.. x the BM rows) from its dK A fragments x (the packed dS^T
+// accumulators: fragment kk holds the 8 x 8 tiles (rows 16 kk.., keys kbase..), (rows 16 kk..,
+// keys kbase + 8..), (rows 16 kk + 8.., kbase..), (rows 16 kk + 8.., kbase + 8..), each thread
+// its pair of adjacent rows of one key) into the [key][row] buffer at sdst, 128 bytes per key with
+// the 128-byte swizzle: a key's 8 rows 8 j.. are the 16-byte chunk j ^ (key & 7). One stmatrix per
+// fragment (four tiles; lane l gives the address of row l % 8 of tile l / 8) in place of 16
+// 4-byte stores and their packs (twentieth session: the dS^T stores and their MIO throttle, NOTES-bwd.md).
+template <int BM>
+__device__ __forceinline__ void bwd_ws_store_dst(uint32_t sdst, const uint32_t (&x)[BM / 16][4], int kbase, int lane) {
+  const int m = lane >> 3, key = kbase + 8 * (m & 1) + (lane & 7);
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) {
+    const int j = 2 * kk + (m >> 1);
+    const uint32_t addr = sdst + key * 128 + ((j ^ (key & 7)) << 4);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(x[kk][0]),
+                 "r"(x[kk][1]), "r"(x[kk][2]), "r"(x[kk][3])
+                 : "memory");
+  }
+}
+
 // Producer warp 0, one thread: K_j and V_j once, then per block it of the walk Q_i and dO_i as
 // tensor-map copies and the lse2 / dsum slices as bulk copies into stage it % S of the ring; fill
 // it waits for the release of fill it - S on the stage's "empty" mbarrier. Block it is query head
@@ -410,13 +430,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::wgmma_wait<0>();
         sm90::reg_fence<BM / 2>(&s[0][0]);
         sm90::reg_fence<BM / 2>(&dp[0][0]);
-        sm90_bwd_pds<T, BM, false>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, nullptr, Nq,
-                                   Nk, key0, BN, row0, BM, key_l, row_l);
-        sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-        // dV += P^T dO, dK += dS^T Q.
+        sm90_bwd_pds<T, BM, false, false>(a, s, dp, sL + st * BM, sD + st * BM, nullptr, nullptr, Nq, Nk, key0, BN, row0,
+                                          BM, key_l, row_l);
+        // dV += P^T dO, dK += dS^T Q; dS^T into shared memory from its A fragments.
         uint32_t pa[BM / 16][4], dsa[BM / 16][4];
         pack_a(s, pa);
         pack_a(dp, dsa);
+        bwd_ws_store_dst<BM>(sdS + db * Tr::kTileP, dsa, wkey0 + wq * 16, lane);
+        sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
         sm90::wgmma_fence();
         issue_dvdk(pa, dv, ddO_mn + st * kStage);
         issue_dvdk(dsa, dk, dQ_mn + st * kStage);
@@ -447,9 +468,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();  // dP^T (dV may still run)
         sm90::reg_fence<BM / 2>(&dp[0][0]);
-        sm90_bwd_ds<T, BM>(s, dp, sD + st * BM, smem + Tr::kOffDs + db * Tr::kTileP, key_l, row_l);
-        sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
+        sm90_bwd_ds<T, BM, false>(s, dp, sD + st * BM, nullptr, key_l, row_l);
         pack_a(dp, dsa);
+        bwd_ws_store_dst<BM>(sdS + db * Tr::kTileP, dsa, wkey0 + wq * 16, lane);
+        sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
         sm90::wgmma_fence();
         issue_dvdk(dsa, dk, dQ_mn + st * kStage);
         sm90::wgmma_commit();
