@@ -2,10 +2,10 @@
 // The CUDA backward belongs to a later issue (issue 4): this suite runs only when the addon says it
 // has one (buildInfo().cudaBackward === true) and otherwise is skipped with that reason. Without a
 // CUDA device it is skipped like every GPU suite (and fails under FA_REQUIRE_GPU=1).
-import { describe, expect, it } from 'vitest';
-import { buildInfo, flashAttention, flashAttentionBackward } from '../../lib/index';
-import { AttnCase, caseName, checkBackwardCase, randomCases } from '../helpers/harness';
-import { Rng, bytesEqual, describeGpu, disposeAll, hasGpu, randomTensor, rawBytes } from '../helpers/reference';
+import { describe, it } from 'vitest';
+import { buildInfo } from '../../lib/index';
+import { AttnCase, caseName, checkBackwardCase, checkDeterministicBackward, randomCases } from '../helpers/harness';
+import { describeGpu, hasGpu } from '../helpers/reference';
 import { GPU_DS, GPU_NS } from './shapes';
 
 const gpuBackwardAvailable = (() => {
@@ -68,26 +68,8 @@ describeGpu('CUDA backward', () => {
     ];
     for (const dtype of ['float16', 'bfloat16', 'float32'] as const) {
       for (const cs of CASES) {
-        it(`${dtype} ${cs.name}: deterministic: true gives bit-identical dq, dk, dv across runs`, async () => {
-          const rng = new Rng(909 + cs.D + cs.Nk);
-          const host = [
-            randomTensor(rng, [cs.B, cs.Nq, cs.H, cs.D], dtype),
-            randomTensor(rng, [cs.B, cs.Nk, cs.Hkv, cs.D], dtype),
-            randomTensor(rng, [cs.B, cs.Nk, cs.Hkv, cs.D], dtype),
-            randomTensor(rng, [cs.B, cs.Nq, cs.H, cs.D], dtype),
-          ];
-          const [q, k, v, dout] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
-          host.forEach((h) => h.tensor.dispose());
-          const f = await flashAttention(q, k, v, cs.opts);
-          const runs: Uint8Array[][] = [];
-          for (let i = 0; i < 3; i++) {
-            const g = await flashAttentionBackward(dout, q, k, v, f.out, f.lse, { ...cs.opts, deterministic: true });
-            runs.push([await rawBytes(g.dq), await rawBytes(g.dk), await rawBytes(g.dv)]);
-            disposeAll(g.dq, g.dk, g.dv);
-          }
-          for (const r of runs.slice(1)) for (let j = 0; j < 3; j++) expect(bytesEqual(r[j], runs[0][j]), ['dq', 'dk', 'dv'][j]).toBe(true);
-          disposeAll(q, k, v, dout, f.out, f.lse);
-        });
+        it(`${dtype} ${cs.name}: deterministic: true gives bit-identical dq, dk, dv across runs`, () =>
+          checkDeterministicBackward(cs, dtype, 909 + cs.D + cs.Nk));
       }
     }
   });

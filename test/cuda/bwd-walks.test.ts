@@ -8,11 +8,10 @@
 // outside (0 or 1), else 0 (the plain walk, which W 128 takes only with a softcap). A score
 // modifier always takes the plain walk. Skipped (visibly) without a CUDA device.
 process.env.FA_BWD_WS_OVERLAP ??= '0';
-import { expect, it } from 'vitest';
-import { flashAttention, flashAttentionBackward } from '../../lib/index';
-import { type AttnCase, caseName, checkBackwardCase, randomCases } from '../helpers/harness';
+import { it } from 'vitest';
+import { type AttnCase, caseName, checkBackwardCase, checkDeterministicBackward, randomCases } from '../helpers/harness';
 import { maskedDenseCases } from '../helpers/inference-cases';
-import { Rng, bytesEqual, describeGpu, disposeAll, randomTensor, rawBytes } from '../helpers/reference';
+import { describeGpu } from '../helpers/reference';
 
 const WALK = process.env.FA_BWD_WS_OVERLAP;
 
@@ -48,27 +47,8 @@ describeGpu(`CUDA backward, walk ${WALK} at W 64 / 128 vs float64`, () => {
   for (const c of masked.filter((x) => x.dtype !== 'float32')) it(`window / softcap ${caseName(c)}`, () => checkBackwardCase(c, 'cuda'));
 
   for (const [dtype, D] of [['float16', 64], ['bfloat16', 64], ['float16', 128], ['bfloat16', 128]] as const) {
-    it(`${dtype} D ${D} GQA causal window: deterministic: true gives bit-identical dq, dk, dv across runs`, async () => {
-      const B = 2, Nq = 700, Nk = 900, H = 4, Hkv = 2;
-      const rng = new Rng(6466);
-      const host = [
-        randomTensor(rng, [B, Nq, H, D], dtype),
-        randomTensor(rng, [B, Nk, Hkv, D], dtype),
-        randomTensor(rng, [B, Nk, Hkv, D], dtype),
-        randomTensor(rng, [B, Nq, H, D], dtype),
-      ];
-      const [q, k, v, dout] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
-      host.forEach((h) => h.tensor.dispose());
-      const opts = { causal: true, window: [400, 0] as [number, number] };
-      const fwd = await flashAttention(q, k, v, opts);
-      const runs: Uint8Array[][] = [];
-      for (let r = 0; r < 3; r++) {
-        const g = await flashAttentionBackward(dout, q, k, v, fwd.out, fwd.lse, { ...opts, deterministic: true });
-        runs.push([await rawBytes(g.dq), await rawBytes(g.dk), await rawBytes(g.dv)]);
-        disposeAll(g.dq, g.dk, g.dv);
-      }
-      for (const r of runs.slice(1)) for (let j = 0; j < 3; j++) expect(bytesEqual(r[j], runs[0][j]), ['dq', 'dk', 'dv'][j]).toBe(true);
-      disposeAll(q, k, v, dout, fwd.out, fwd.lse);
-    });
+    const cs = { B: 2, Nq: 700, Nk: 900, H: 4, Hkv: 2, D, opts: { causal: true, window: [400, 0] as [number, number] } };
+    it(`${dtype} D ${D} GQA causal window: deterministic: true gives bit-identical dq, dk, dv across runs`, () =>
+      checkDeterministicBackward(cs, dtype, 6466));
   }
 });

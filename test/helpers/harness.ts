@@ -22,14 +22,14 @@ import { Tensor, flashAttention, flashAttentionBackward } from '../../lib/index'
 import {
   AttnDims,
   Built,
-  DType,
-  Layout,
-  Rng,
-  DTYPES,
+  bytesEqual,
   defaultScale,
   disposeAll,
+  DType,
+  DTYPES,
   fmt,
   kvShape,
+  Layout,
   lseShape,
   maxAbs,
   maxAbsErr,
@@ -37,9 +37,11 @@ import {
   pow2,
   qShape,
   randomTensor,
+  rawBytes,
   refBackward,
   refForward,
   relL2,
+  Rng,
   rowOffset,
   rowsWithoutKeys,
   toF64,
@@ -496,4 +498,37 @@ export function checkSoftmaxD(ck: Checker, d: AttnDims, got: ArrayLike<number>, 
         }
       }
   ck.ok(`softmaxD != rowsum(dout * out) in ${bad} rows (worst error / rowsum|dout*out| = ${fmt(worst)})`, bad === 0);
+}
+
+/** A shape for the deterministic-mode check: its forward runs once, its backward three times. */
+export interface DetCase {
+  B: number;
+  Nq: number;
+  Nk: number;
+  H: number;
+  Hkv: number;
+  D: number;
+  opts: { causal?: boolean; window?: [number, number] };
+}
+
+/** Three CUDA backward calls with deterministic: true give bit-identical dq, dk, dv (random inputs from seed). */
+export async function checkDeterministicBackward(cs: DetCase, dtype: DType, seed: number): Promise<void> {
+  const rng = new Rng(seed);
+  const host = [
+    randomTensor(rng, [cs.B, cs.Nq, cs.H, cs.D], dtype),
+    randomTensor(rng, [cs.B, cs.Nk, cs.Hkv, cs.D], dtype),
+    randomTensor(rng, [cs.B, cs.Nk, cs.Hkv, cs.D], dtype),
+    randomTensor(rng, [cs.B, cs.Nq, cs.H, cs.D], dtype),
+  ];
+  const [q, k, v, dout] = await Promise.all(host.map((h) => h.tensor.to('cuda')));
+  host.forEach((h) => h.tensor.dispose());
+  const f = await flashAttention(q, k, v, cs.opts);
+  const runs: Uint8Array[][] = [];
+  for (let i = 0; i < 3; i++) {
+    const g = await flashAttentionBackward(dout, q, k, v, f.out, f.lse, { ...cs.opts, deterministic: true });
+    runs.push([await rawBytes(g.dq), await rawBytes(g.dk), await rawBytes(g.dv)]);
+    disposeAll(g.dq, g.dk, g.dv);
+  }
+  for (const r of runs.slice(1)) for (let j = 0; j < 3; j++) expect(bytesEqual(r[j], runs[0][j]), ['dq', 'dk', 'dv'][j]).toBe(true);
+  disposeAll(q, k, v, dout, f.out, f.lse);
 }
