@@ -501,13 +501,7 @@ export function checkSoftmaxD(ck: Checker, d: AttnDims, got: ArrayLike<number>, 
 }
 
 /** A shape for the deterministic-mode check: its forward runs once, its backward three times. */
-export interface DetCase {
-  B: number;
-  Nq: number;
-  Nk: number;
-  H: number;
-  Hkv: number;
-  D: number;
+export interface DetCase extends Pick<AttnDims, 'B' | 'Nq' | 'Nk' | 'H' | 'Hkv' | 'D'> {
   opts: { causal?: boolean; window?: [number, number] };
 }
 
