@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3;
+  const int wg = sm90::warp_uniform(warp >> 2), wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
   // Block order: key blocks of a head next to each other (they read the same Q / dO rows at about
   // the same time), from the last down in deterministic mode (bwd_block_of). Key-block-major order
@@ -311,22 +311,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // Descriptors. K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4 (a block
   // is rows x 128 bytes), byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
   // blocks rows x 128 bytes apart.
-  auto kstep = [](int ks, int rows) -> uint64_t {
-    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  auto kstep = [](int ks, int rows) -> uint32_t {
+    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
   };
-  constexpr uint64_t kMnStep = 2048 >> 4;
-  constexpr uint64_t kStage = Tr::kTileQ >> 4;
-  const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);   // A of S^T: this warpgroup's keys
-  const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);   // A of dP^T
-  const uint64_t dQ_b = sm90::smem_desc(sQ + wrow0 * 128, 16, 1024);   // B of S^T: this warpgroup's rows
-  const uint64_t ddO_b = sm90::smem_desc(sdO + wrow0 * 128, 16, 1024);  // B of dP^T
-  const uint64_t ddSt_mn = sm90::smem_desc(sdSt, BN * 128, 1024);       // A of dQ (MN-major)
+  constexpr uint32_t kMnStep = 2048 >> 4;
+  constexpr uint32_t kStage = Tr::kTileQ >> 4;
+  const sm90::SmemDesc dK_a = sm90::smem_desc_w(sK + wkey0 * 128, 16, 1024);   // A of S^T: this warpgroup's keys
+  const sm90::SmemDesc dV_a = sm90::smem_desc_w(sV + wkey0 * 128, 16, 1024);   // A of dP^T
+  const sm90::SmemDesc dQ_b = sm90::smem_desc_w(sQ + wrow0 * 128, 16, 1024);   // B of S^T: this warpgroup's rows
+  const sm90::SmemDesc ddO_b = sm90::smem_desc_w(sdO + wrow0 * 128, 16, 1024);  // B of dP^T
+  const sm90::SmemDesc ddSt_mn = sm90::smem_desc_w(sdSt, BN * 128, 1024);       // A of dQ (MN-major)
   // B of dV / dK (MN-major): dO / Q columns from this warpgroup's first dK / dV column.
   const uint32_t col_off = (kKeySplit ? 0 : wg * (NC / 64)) * BM * 128;
-  const uint64_t ddO_mn = sm90::smem_desc(sdO + col_off, BM * 128, 1024);
-  const uint64_t dQ_mn = sm90::smem_desc(sQ + col_off, BM * 128, 1024);
+  const sm90::SmemDesc ddO_mn = sm90::smem_desc_w(sdO + col_off, BM * 128, 1024);
+  const sm90::SmemDesc dQ_mn = sm90::smem_desc_w(sQ + col_off, BM * 128, 1024);
   // B of dQ (MN-major): the K tile; each chunk adds its first column's offset.
-  const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);
+  const sm90::SmemDesc dK_mn = sm90::smem_desc_w(sK, BN * 128, 1024);
 
   // Deterministic mode: key block n_block's turn at row block mm (bwd_det_rank).
   auto rank_of = [&](int mm) { return bwd_det_rank<BM, BN>(a, seq, n_block, mm); };
@@ -413,8 +413,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       __syncthreads();  // dS^T of both warpgroups visible (the dV / dK products run meanwhile)
     } else {
       __syncthreads();  // P^T, dS^T of both warpgroups visible
-      const uint64_t dPt_a = sm90::smem_desc(sPt, 16, 1024);
-      const uint64_t ddSt_a = sm90::smem_desc(sdSt, 16, 1024);
+      const sm90::SmemDesc dPt_a = sm90::smem_desc_w(sPt, 16, 1024);
+      const sm90::SmemDesc ddSt_a = sm90::smem_desc_w(sdSt, 16, 1024);
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)

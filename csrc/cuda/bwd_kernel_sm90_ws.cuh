@@ -236,14 +236,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // Consumers (both splits): warpgroup cw, warp wq of it; descriptors as the cp.async kernel's.
   // K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4, byte 32 (ks % 4).
   // MN-major: 16 k-rows = 2048 bytes per k-step, 64-column blocks rows x 128 bytes apart.
-  const int cw = wg - 1;
+  const int cw = sm90::warp_uniform(wg - 1);
   const int wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
-  auto kstep = [](int ks, int rows) -> uint64_t {
-    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  auto kstep = [](int ks, int rows) -> uint32_t {
+    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
   };
-  constexpr uint64_t kMnStep = 2048 >> 4;
-  constexpr uint64_t kStage = Tr::kTileQ >> 4;
+  constexpr uint32_t kMnStep = 2048 >> 4;
+  constexpr uint32_t kStage = Tr::kTileQ >> 4;
   if constexpr (Tr::kRowSplit) {
     // Row split (W 256): warpgroup cw owns rows [NS cw, NS cw + NS) of S^T / dP^T (all 64 keys) and
     // columns [NC cw, NC cw + NC) of dK / dV / dQ; warp wq of it the keys 16 wq.. of S^T and the
@@ -260,17 +260,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     constexpr int NS = Tr::kSRows, NC = Tr::kCols, QC = Tr::kDqChunk;
     const int wrow0 = cw * NS;
     constexpr uint32_t kBuf = 2 * Tr::kTileP;  // one P^T / dS^T buffer: P^T, then dS^T
-    const uint64_t dK_a = sm90::smem_desc(sK, 16, 1024);                 // A of S^T: all 64 keys
-    const uint64_t dV_a = sm90::smem_desc(sV, 16, 1024);                 // A of dP^T
-    const uint64_t dQ_b = sm90::smem_desc(sQ + wrow0 * 128, 16, 1024);   // B of S^T: this warpgroup's rows
-    const uint64_t ddO_b = sm90::smem_desc(sdO + wrow0 * 128, 16, 1024);  // B of dP^T
+    const sm90::SmemDesc dK_a = sm90::smem_desc_w(sK, 16, 1024);                 // A of S^T: all 64 keys
+    const sm90::SmemDesc dV_a = sm90::smem_desc_w(sV, 16, 1024);                 // A of dP^T
+    const sm90::SmemDesc dQ_b = sm90::smem_desc_w(sQ + wrow0 * 128, 16, 1024);   // B of S^T: this warpgroup's rows
+    const sm90::SmemDesc ddO_b = sm90::smem_desc_w(sdO + wrow0 * 128, 16, 1024);  // B of dP^T
     const uint32_t col_off = cw * (NC / 64) * BM * 128;                  // this warpgroup's columns
-    const uint64_t ddO_mn = sm90::smem_desc(sdO + col_off, BM * 128, 1024);  // B of dV (MN-major)
-    const uint64_t dQ_mn = sm90::smem_desc(sQ + col_off, BM * 128, 1024);    // B of dK
-    const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024);             // B of dQ
-    const uint64_t dPt_a = sm90::smem_desc(sdS, 16, 1024);                  // A of dV (K-major)
-    const uint64_t ddSt_a = sm90::smem_desc(sdS + Tr::kTileP, 16, 1024);    // A of dK
-    const uint64_t ddSt_mn = sm90::smem_desc(sdS + Tr::kTileP, BN * 128, 1024);  // A of dQ (MN-major)
+    const sm90::SmemDesc ddO_mn = sm90::smem_desc_w(sdO + col_off, BM * 128, 1024);  // B of dV (MN-major)
+    const sm90::SmemDesc dQ_mn = sm90::smem_desc_w(sQ + col_off, BM * 128, 1024);    // B of dK
+    const sm90::SmemDesc dK_mn = sm90::smem_desc_w(sK, BN * 128, 1024);             // B of dQ
+    const sm90::SmemDesc dPt_a = sm90::smem_desc_w(sdS, 16, 1024);                  // A of dV (K-major)
+    const sm90::SmemDesc ddSt_a = sm90::smem_desc_w(sdS + Tr::kTileP, 16, 1024);    // A of dK
+    const sm90::SmemDesc ddSt_mn = sm90::smem_desc_w(sdS + Tr::kTileP, BN * 128, 1024);  // A of dQ (MN-major)
 
     float dv[NC / 2], dk[NC / 2];
 #pragma unroll
@@ -338,16 +338,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // Key split: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
     // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
     const int wkey0 = cw * 64;
-    constexpr uint64_t kDsBuf = Tr::kTileP >> 4;
-    const uint64_t dK_a = sm90::smem_desc(sK + wkey0 * 128, 16, 1024);  // A of S^T: this warpgroup's keys
-    const uint64_t dV_a = sm90::smem_desc(sV + wkey0 * 128, 16, 1024);  // A of dP^T
-    const uint64_t dQ_b = sm90::smem_desc(sQ, 16, 1024);                // B of S^T: the 64 rows
-    const uint64_t ddO_b = sm90::smem_desc(sdO, 16, 1024);              // B of dP^T
-    const uint64_t ddS_mn = sm90::smem_desc(sdS, BN * 128, 1024);       // A of dQ (MN-major)
-    const uint64_t ddO_mn = sm90::smem_desc(sdO, BM * 128, 1024);       // B of dV (MN-major)
-    const uint64_t dQ_mn = sm90::smem_desc(sQ, BM * 128, 1024);         // B of dK (MN-major)
+    constexpr uint32_t kDsBuf = Tr::kTileP >> 4;
+    const sm90::SmemDesc dK_a = sm90::smem_desc_w(sK + wkey0 * 128, 16, 1024);  // A of S^T: this warpgroup's keys
+    const sm90::SmemDesc dV_a = sm90::smem_desc_w(sV + wkey0 * 128, 16, 1024);  // A of dP^T
+    const sm90::SmemDesc dQ_b = sm90::smem_desc_w(sQ, 16, 1024);                // B of S^T: the 64 rows
+    const sm90::SmemDesc ddO_b = sm90::smem_desc_w(sdO, 16, 1024);              // B of dP^T
+    const sm90::SmemDesc ddS_mn = sm90::smem_desc_w(sdS, BN * 128, 1024);       // A of dQ (MN-major)
+    const sm90::SmemDesc ddO_mn = sm90::smem_desc_w(sdO, BM * 128, 1024);       // B of dV (MN-major)
+    const sm90::SmemDesc dQ_mn = sm90::smem_desc_w(sQ, BM * 128, 1024);         // B of dK (MN-major)
     const int colq = cw * NQ;                                           // first dQ column
-    const uint64_t dK_mn = sm90::smem_desc(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
+    const sm90::SmemDesc dK_mn = sm90::smem_desc_w(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
     // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4) in buffer 0.
     float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
 
@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
       release(bar_dqf + 8 * d);
     };
-    auto issue_dvdk = [&](uint32_t (&x)[BM / 16][4], float* acc, uint64_t b_desc) {
+    auto issue_dvdk = [&](uint32_t (&x)[BM / 16][4], float* acc, sm90::SmemDesc b_desc) {
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk) sm90::Wgmma<T, W>::rs(acc, x[kk], b_desc + kk * kMnStep, 1);
     };

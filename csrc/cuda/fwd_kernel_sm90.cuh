@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  const int wg = warp >> 2;
+  const int wg = sm90::warp_uniform(warp >> 2);
   const int g = lane >> 2, t = lane & 3;
   const int wrow0 = wg * 64 + (warp & 3) * 16;  // this warp's first row in the block
   const BlockCoord bc = block_coord(a);
@@ -172,13 +172,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
 
   // Descriptors (the 14-bit address field is the only one that changes between k-steps and stages).
   // Q: this warpgroup's 64 rows; k-step ks = 16 columns at column block ks / 4, byte 32 * (ks % 4).
-  const uint64_t dQ = sm90::smem_desc(sQ + wg * 64 * 128, 16, 1024);
-  const uint64_t dK = sm90::smem_desc(sK, 16, 1024);
-  const uint64_t dV = sm90::smem_desc(sV, BN * 128, 1024);
-  auto kstep = [](int ks, int rows) -> uint64_t {
-    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  const sm90::SmemDesc dQ = sm90::smem_desc_w(sQ + wg * 64 * 128, 16, 1024);
+  const sm90::SmemDesc dK = sm90::smem_desc_w(sK, 16, 1024);
+  const sm90::SmemDesc dV = sm90::smem_desc_w(sV, BN * 128, 1024);
+  auto kstep = [](int ks, int rows) -> uint32_t {
+    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
   };
-  constexpr uint64_t kStageDesc = kTileKV >> 4;
+  constexpr uint32_t kStageDesc = kTileKV >> 4;
 
   // Prologue: Q and K of the first block; then the second block's K and the first block's V.
   int n = n_max - 1;

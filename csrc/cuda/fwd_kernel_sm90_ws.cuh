@@ -453,22 +453,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
 
   // Consumers: warpgroup cw owns rows [64 cw, 64 cw + 64) of each tile.
-  const int cw = wg - 1;
+  const int cw = sm90::warp_uniform(wg - 1);
   const int ctid = tid - 128;
   const int g = lane >> 2, t = lane & 3;
   const int wrow0 = cw * 64 + (warp & 3) * 16;
-  const uint64_t dQ = sm90::smem_desc(sQ + cw * 64 * 128, 16, 1024);
-  const uint64_t dK = sm90::smem_desc(sK, 16, 1024);
+  const sm90::SmemDesc dQ = sm90::smem_desc_w(sQ + cw * 64 * 128, 16, 1024);
+  const sm90::SmemDesc dK = sm90::smem_desc_w(sK, 16, 1024);
   // V's stage: [key block / vrows][column block][vrows][128 bytes] (vrows = BN: the column blocks
   // whole; paged with ta.v_rows = 16: a page of 16 keys after another). The leading byte offset is
   // the column-block stride; a k16 step of P V moves vstep bytes.
   const int vrows = kPaged ? ta.v_rows : BN;
-  const uint64_t dV = sm90::smem_desc(sV, vrows * 128, 1024);
+  const sm90::SmemDesc dV = sm90::smem_desc_w(sV, vrows * 128, 1024);
   const uint32_t vstep16 = (kPaged && vrows == 16 ? kCB * 2048 : 2048) >> 4;  // descriptor units
-  auto kstep = [](int ks, int rows) -> uint64_t {
-    return static_cast<uint64_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+  auto kstep = [](int ks, int rows) -> uint32_t {
+    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
   };
-  constexpr uint64_t kStageDesc = kTileKV >> 4;
+  constexpr uint32_t kStageDesc = kTileKV >> 4;
   const float sl2 = a.scale_log2;
   const bool pp = ta.pingpong != 0;
   const bool rescale_always = ta.rescale_always != 0;

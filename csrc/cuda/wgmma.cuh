@@ -42,6 +42,28 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes,
          (static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32) | (kSwizzle128B << 62);
 }
 
+// A descriptor as its two 32-bit words. Offsets within a tile (k-steps, stages, buffers) change only
+// the start-address field of the low word and never carry out of it (addresses are below 256 KiB),
+// so adding one is a single 32-bit add; on a uint64_t it is two (add and add-with-carry), and for
+// each wgmma ptxas builds the operand in uniform registers, where those adds go.
+struct SmemDesc {
+  uint32_t lo, hi;
+  template <typename I>
+  __device__ __forceinline__ SmemDesc operator+(I off) const {
+    return SmemDesc{lo + static_cast<uint32_t>(off), hi};
+  }
+  __device__ __forceinline__ operator uint64_t() const { return (static_cast<uint64_t>(hi) << 32) | lo; }
+};
+__device__ __forceinline__ SmemDesc smem_desc_w(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  const uint64_t d = smem_desc(addr, lbo_bytes, sbo_bytes);
+  return SmemDesc{static_cast<uint32_t>(d), static_cast<uint32_t>(d >> 32)};
+}
+
+// v of lane 0 in every lane: the compiler then knows the value is the same across the warp (a
+// warpgroup index from threadIdx is not, to it), and descriptors built from it can live in
+// uniform registers instead of being moved there (R2UR) before each wgmma.
+__device__ __forceinline__ int warp_uniform(int v) { return __shfl_sync(0xffffffffu, v, 0); }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
