@@ -150,6 +150,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   constexpr int BN = Tr::kBlockN;
   constexpr int S = Tr::kStages;
   constexpr int NQ = Tr::kDqCols;
+  // W 64: dQ of a block is one warpgroup's, in turns (block it: warpgroup it % 2), over all 128 keys
+  // and all 64 columns; the other warpgroup goes on to block it+1 meanwhile (see finish below).
+  constexpr bool kTurnDq = !Tr::kRowSplit && Tr::kHeadDim == 64;
   const BwdArgs& a = ta.a;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       mbar_init(bar_qe + 8 * s, Tr::kRowSplit ? 1 : 8);  // the consumer warps (row split: the dQ writer)
     }
     for (int d = 0; d < 2; ++d) {
-      mbar_init(bar_dqf + 8 * d, 8);
+      mbar_init(bar_dqf + 8 * d, kTurnDq ? 4 : 8);  // the consumer warps that write an image
       mbar_init(bar_dqe + 8 * d, 1);
     }
     mbar_fence_init();
@@ -346,7 +349,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     const sm90::SmemDesc ddS_mn = sm90::smem_desc_w(sdS, BN * 128, 1024);       // A of dQ (MN-major)
     const sm90::SmemDesc ddO_mn = sm90::smem_desc_w(sdO, BM * 128, 1024);       // B of dV (MN-major)
     const sm90::SmemDesc dQ_mn = sm90::smem_desc_w(sQ, BM * 128, 1024);         // B of dK (MN-major)
-    const int colq = cw * NQ;                                           // first dQ column
+    const int colq = kTurnDq ? 0 : cw * NQ;  // first dQ column (in turns: the block's all)
     const sm90::SmemDesc dK_mn = sm90::smem_desc_w(sK, BN * 128, 1024) + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4);
     // This warp's tile of the dQ image (16 rows x NQ columns; DqLayout perm, vec 4) in buffer 0.
     float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
@@ -401,6 +404,47 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // product is done, the stage goes back to the producer and the share into its dQ buffer.
     auto finish = [&](int it, int st, int db, uint32_t (&pa)[BM / 16][4], uint32_t (&dsa)[BM / 16][4]) {
       sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
+      if constexpr (kTurnDq) {
+        // W 64, dQ in turns (cuDNN's order, read in its SASS): block it's whole dQ share (64 rows x
+        // 64 columns over the 128 keys, eight m64n64 wgmmas) is warpgroup it % 2's, so that one
+        // warpgroup's dQ product runs while the other starts block it+1 (S^T / dP^T and the P^T /
+        // dS^T arithmetic) instead of both waiting on a half each and then leaving the tensor cores
+        // idle together. dS^T buffer db is rewritten only at block it+2, after both warpgroups have
+        // passed block it+1's barrier, which this one reaches after its product is complete.
+        if (cw == (it & 1)) {
+          sm90::wgmma_fence();
+          float dq[W / 2];
+#pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk)
+            sm90::Wgmma<T, W>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<1>();  // dV / dK: the last reads of Q_i and dO_i
+          sm90::reg_fence<W / 2>(dv);
+          sm90::reg_fence<W / 2>(dk);
+          sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+          sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+          release(bar_qe + 8 * st);
+          sm90::wgmma_wait<0>();
+          sm90::reg_fence<W / 2>(dq);
+          // Buffer it % 2 (this warpgroup's), once the writer has read block it-2's image out of it;
+          // warp wq's 16 rows as two 16 x 32 tiles (columns 0.. and 32..), the image's order.
+          const int d = it & 1;
+          if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
+          float* const dst = reinterpret_cast<float*>(smem + Tr::kOffDq) + d * (Tr::kTileDq / 4) + wq * (2 * 16 * 32);
+          bwd_ws_stage_dq<32>(dst, *reinterpret_cast<const float(*)[16]>(&dq[0]), lane);
+          bwd_ws_stage_dq<32>(dst + 16 * 32, *reinterpret_cast<const float(*)[16]>(&dq[16]), lane);
+          sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
+          release(bar_dqf + 8 * d);
+        } else {
+          sm90::wgmma_wait<0>();
+          sm90::reg_fence<W / 2>(dv);
+          sm90::reg_fence<W / 2>(dk);
+          sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+          sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+          release(bar_qe + 8 * st);
+        }
+        return;
+      }
       sm90::wgmma_fence();
       float dq[NQ / 2];
 #pragma unroll
