@@ -153,6 +153,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // W 64: dQ of a block is one warpgroup's, in turns (block it: warpgroup it % 2), over all 128 keys
   // and all 64 columns; the other warpgroup goes on to block it+1 meanwhile (see finish below).
   constexpr bool kTurnDq = !Tr::kRowSplit && Tr::kHeadDim == 64;
+  // (W 128 in turns, m64n128 over the 128 keys: 0.87-0.94x, the one dQ product per block as long as
+  // the rest of a warpgroup's block; NOTES-bwd.md.)
   const BwdArgs& a = ta.a;
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -430,9 +432,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
           // warp wq's 16 rows as two 16 x 32 tiles (columns 0.. and 32..), the image's order.
           const int d = it & 1;
           if (it >= 2) mbar_wait(bar_dqe + 8 * d, ((it >> 1) - 1) & 1);
-          float* const dst = reinterpret_cast<float*>(smem + Tr::kOffDq) + d * (Tr::kTileDq / 4) + wq * (2 * 16 * 32);
-          bwd_ws_stage_dq<32>(dst, *reinterpret_cast<const float(*)[16]>(&dq[0]), lane);
-          bwd_ws_stage_dq<32>(dst + 16 * 32, *reinterpret_cast<const float(*)[16]>(&dq[16]), lane);
+          float* const dst = reinterpret_cast<float*>(smem + Tr::kOffDq) + d * (Tr::kTileDq / 4) + wq * (2 * 16 * NQ);
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            bwd_ws_stage_dq<NQ>(dst + c * (16 * NQ), *reinterpret_cast<const float(*)[NQ / 2]>(&dq[c * (NQ / 2)]), lane);
           sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
           release(bar_dqf + 8 * d);
         } else {
