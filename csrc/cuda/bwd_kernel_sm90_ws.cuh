@@ -405,6 +405,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // shared memory, dQ share = dS K_j for this warpgroup's columns over all 128 keys; when every
     // product is done, the stage goes back to the producer and the share into its dQ buffer.
     auto finish = [&](int it, int st, int db, uint32_t (&pa)[BM / 16][4], uint32_t (&dsa)[BM / 16][4]) {
+      // Once dV / dK are complete (the last reads of Q_i, dO_i and the slices): the stage goes back.
+      auto release_stage = [&]() {
+        sm90::reg_fence<W / 2>(dv);
+        sm90::reg_fence<W / 2>(dk);
+        sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
+        sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
+        release(bar_qe + 8 * st);
+      };
       sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
       if constexpr (kTurnDq) {
         // W 64, dQ in turns (cuDNN's order, read in its SASS): block it's whole dQ share (64 rows x
@@ -420,12 +428,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
           for (int kk = 0; kk < BN / 16; ++kk)
             sm90::Wgmma<T, W>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
           sm90::wgmma_commit();
-          sm90::wgmma_wait<1>();  // dV / dK: the last reads of Q_i and dO_i
-          sm90::reg_fence<W / 2>(dv);
-          sm90::reg_fence<W / 2>(dk);
-          sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-          sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-          release(bar_qe + 8 * st);
+          sm90::wgmma_wait<1>();  // dV / dK
+          release_stage();
           sm90::wgmma_wait<0>();
           sm90::reg_fence<W / 2>(dq);
           // Buffer it % 2 (this warpgroup's), once the writer has read block it-2's image out of it;
@@ -440,11 +444,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
           release(bar_dqf + 8 * d);
         } else {
           sm90::wgmma_wait<0>();
-          sm90::reg_fence<W / 2>(dv);
-          sm90::reg_fence<W / 2>(dk);
-          sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-          sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-          release(bar_qe + 8 * st);
+          release_stage();
         }
         return;
       }
@@ -456,11 +456,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
       sm90::reg_fence<NQ / 2>(dq);
-      sm90::reg_fence<W / 2>(dv);
-      sm90::reg_fence<W / 2>(dk);
-      sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
-      sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-      release(bar_qe + 8 * st);  // every read of Q_i, dO_i and the slices is done
+      release_stage();
       store_dq(dq, it);
     };
 
