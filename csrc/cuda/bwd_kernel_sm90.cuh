@@ -311,9 +311,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // Descriptors. K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4 (a block
   // is rows x 128 bytes), byte 32 (ks % 4). MN-major: 16 k-rows = 2048 bytes per k-step, 64-column
   // blocks rows x 128 bytes apart.
-  auto kstep = [](int ks, int rows) -> uint32_t {
-    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-  };
   constexpr uint32_t kMnStep = 2048 >> 4;
   constexpr uint32_t kStage = Tr::kTileQ >> 4;
   const sm90::SmemDesc dK_a = sm90::smem_desc_w(sK + wkey0 * 128, 16, 1024);   // A of S^T: this warpgroup's keys
@@ -367,10 +364,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, NS>::ss(&s[0][0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+      sm90::Wgmma<T, NS>::ss(&s[0][0][0], dK_a + sm90::kstep(ks, BN), dQ_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
 #pragma unroll
     for (int ks = 0; ks < W / 16; ++ks)
-      sm90::Wgmma<T, NS>::ss(&dp[0][0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+      sm90::Wgmma<T, NS>::ss(&dp[0][0][0], dV_a + sm90::kstep(ks, BN), ddO_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
     sm90::wgmma_commit();
     if (pending) {  // the previous row block's turn, handed on while the products run
       __threadfence();  // this thread's adds of it done in memory
@@ -418,10 +415,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + sm90::kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + sm90::kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
       sm90::wgmma_commit();
     }
 

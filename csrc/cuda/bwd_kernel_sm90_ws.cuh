@@ -244,9 +244,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int cw = sm90::warp_uniform(wg - 1);
   const int wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
-  auto kstep = [](int ks, int rows) -> uint32_t {
-    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-  };
   constexpr uint32_t kMnStep = 2048 >> 4;
   constexpr uint32_t kStage = Tr::kTileQ >> 4;
   if constexpr (Tr::kRowSplit) {
@@ -291,10 +288,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, NS>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+        sm90::Wgmma<T, NS>::ss(&s[0][0], dK_a + sm90::kstep(ks, BN), dQ_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
 #pragma unroll
       for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, NS>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+        sm90::Wgmma<T, NS>::ss(&dp[0][0], dV_a + sm90::kstep(ks, BN), ddO_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
       sm90::reg_fence<NS / 2>(&s[0][0]);
@@ -306,10 +303,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + (buf >> 4) + kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + (buf >> 4) + sm90::kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + sm90::kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
       sm90::wgmma_commit();
 #pragma unroll
       for (int c = 0; c < NC / QC; ++c) {
@@ -394,11 +391,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + kstep(ks, BN), dQ_b + st * kStage + kstep(ks, BM), ks > 0);
+        sm90::Wgmma<T, BM>::ss(&s[0][0], dK_a + sm90::kstep(ks, BN), dQ_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
       if (two) sm90::wgmma_commit();
 #pragma unroll
       for (int ks = 0; ks < W / 16; ++ks)
-        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + kstep(ks, BN), ddO_b + st * kStage + kstep(ks, BM), ks > 0);
+        sm90::Wgmma<T, BM>::ss(&dp[0][0], dV_a + sm90::kstep(ks, BN), ddO_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
       sm90::wgmma_commit();
     };
     // The end of block it (dV / dK in flight, dS^T written): once both warpgroups' dS^T are in

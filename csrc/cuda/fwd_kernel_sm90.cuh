@@ -175,9 +175,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   const sm90::SmemDesc dQ = sm90::smem_desc_w(sQ + wg * 64 * 128, 16, 1024);
   const sm90::SmemDesc dK = sm90::smem_desc_w(sK, 16, 1024);
   const sm90::SmemDesc dV = sm90::smem_desc_w(sV, BN * 128, 1024);
-  auto kstep = [](int ks, int rows) -> uint32_t {
-    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-  };
   constexpr uint32_t kStageDesc = kTileKV >> 4;
 
   // Prologue: Q and K of the first block; then the second block's K and the first block's V.
@@ -204,7 +201,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90(const FwdArgs
   auto issue_s = [&](int stage) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
-      sm90::Wgmma<T, BN>::ss(sf, dQ + kstep(ks, BM), dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+      sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
     sm90::wgmma_commit();
   };
   auto issue_pv = [&](int stage, int accumulate) {

@@ -465,9 +465,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   const int vrows = kPaged ? ta.v_rows : BN;
   const sm90::SmemDesc dV = sm90::smem_desc_w(sV, vrows * 128, 1024);
   const uint32_t vstep16 = (kPaged && vrows == 16 ? kCB * 2048 : 2048) >> 4;  // descriptor units
-  auto kstep = [](int ks, int rows) -> uint32_t {
-    return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
-  };
   constexpr uint32_t kStageDesc = kTileKV >> 4;
   const float sl2 = a.scale_log2;
   const bool pp = ta.pingpong != 0;
@@ -521,9 +518,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         if constexpr (Tr::kQReg)
-          sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+          sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
         else
-          sm90::Wgmma<T, BN>::ss(sf, dQ + kstep(ks, BM), dK + stage * kStageDesc + kstep(ks, BN), ks > 0);
+          sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
       }
       sm90::wgmma_commit();
     };

@@ -59,6 +59,12 @@ __device__ __forceinline__ SmemDesc smem_desc_w(uint32_t addr, uint32_t lbo_byte
   return SmemDesc{static_cast<uint32_t>(d), static_cast<uint32_t>(d >> 32)};
 }
 
+// The offset of k-step ks (16 columns) in a K-major tile of `rows` rows, in descriptor units: column
+// block ks / 4 (each rows x 128 bytes), byte 32 (ks % 4) of the row (the hardware applies the XOR).
+__host__ __device__ constexpr uint32_t kstep(int ks, int rows) {
+  return static_cast<uint32_t>(((ks / 4) * rows * 128 + (ks % 4) * 32) >> 4);
+}
+
 // v of lane 0 in every lane: the compiler then knows the value is the same across the warp (a
 // warpgroup index from threadIdx is not, to it), and descriptors built from it can live in
 // uniform registers instead of being moved there (R2UR) before each wgmma.
