@@ -30,6 +30,7 @@
 // buffer i % 2 has passed block i-1's barrier, which the other reaches only after block i-2's dQ
 // product (the last reader of that buffer) is complete.
 #pragma once
+#include <type_traits>
 #include "cuda/bwd_kernel_sm90.cuh"
 
 namespace fa {
@@ -410,6 +411,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
         release(bar_qe + 8 * st);
       };
+      // dq (+)= dS K_j over the 128 keys, the dQ columns of dK_mn (n = dq's width), one group.
+      auto issue_dq = [&](auto& dq) {
+        constexpr int n = 2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(dq)>>);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+          sm90::Wgmma<T, n>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
+        sm90::wgmma_commit();
+      };
       sm90::named_bar_sync(1, 256);  // both warpgroups' dS^T written (the dV / dK products run meanwhile)
       if constexpr (kTurnDq) {
         // W 64, dQ in turns (cuDNN's order, read in its SASS): block it's whole dQ share (64 rows x
@@ -419,12 +429,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         // idle together. dS^T buffer db is rewritten only at block it+2, after both warpgroups have
         // passed block it+1's barrier, which this one reaches after its product is complete.
         if (cw == (it & 1)) {
-          sm90::wgmma_fence();
           float dq[W / 2];
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk)
-            sm90::Wgmma<T, W>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
-          sm90::wgmma_commit();
+          issue_dq(dq);
           sm90::wgmma_wait<1>();  // dV / dK
           release_stage();
           sm90::wgmma_wait<0>();
@@ -445,12 +451,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         }
         return;
       }
-      sm90::wgmma_fence();
       float dq[NQ / 2];
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, NQ>::template ss<1, 1>(dq, ddS_mn + db * kDsBuf + kk * kMnStep, dK_mn + kk * kMnStep, kk > 0);
-      sm90::wgmma_commit();
+      issue_dq(dq);
       sm90::wgmma_wait<0>();
       sm90::reg_fence<NQ / 2>(dq);
       release_stage();
