@@ -474,6 +474,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
+  const bool ring_across = ta.ring_across != 0;
+  if (pp && ring_across && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);  // warpgroup 0's first turn
   int c = 0;
   for (int j = 0;; ++j) {
     mbar_wait(bar_qf, j & 1);
@@ -547,19 +549,23 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // Ping-pong (ta.pingpong): the consumer warpgroups take turns issuing their products, in a ring
     // (0, 1, [2,] 0, ...), so that one's softmax runs while another's products occupy the tensor
     // cores. Named barrier 8 + cw is "cw may issue": 256 arrivals, cw's own 128 waiting and its
-    // predecessor's 128 signalling after its issue. Warpgroup 0 goes first (the last one signals it
-    // once at the start of a tile); all have the same n_blocks + 1 turns in a tile, and the last
-    // turn of the last warpgroup signals nobody (balanced at the end of every tile).
+    // predecessor's 128 signalling after its issue. All warpgroups have the same n_blocks + 1 turns
+    // in a tile. The ring runs on across tiles (ring_across, the default): the last warpgroup's last
+    // turn of a tile (its last P V issued) lets warpgroup 0 take the next tile's first turn, so
+    // warpgroup 0's next S = Q K^T and softmax run while the others finish this tile and write their
+    // O (one signal before the loop starts it, one wait after the loop balances it). Otherwise
+    // (FA_WS_RING_ACROSS=0, comparisons) the last warpgroup signals warpgroup 0 when it starts the
+    // next tile, after its epilogue, and its last turn of a tile signals nobody.
     int turns_left = n_blocks + 1;
     auto my_turn = [&]() {
       if (pp) sm90::named_bar_sync(8 + cw, 256);
     };
     auto pass_turn = [&]() {
       --turns_left;
-      if (pp && (cw < Tr::kConsumers - 1 || turns_left > 0))
+      if (pp && (cw < Tr::kConsumers - 1 || turns_left > 0 || ring_across))
         sm90::named_bar_arrive(8 + (cw + 1) % Tr::kConsumers, 256);
     };
-    if (pp && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);
+    if (pp && !ring_across && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);
 
     // Paged: V rows [tail0, tail1) of the tile's first key block (n_max - 1) lie past the sequence's
     // end inside the box that holds it, and hold whatever the page holds. The consumers zero them
@@ -701,6 +707,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     }
     FA_WS_MARK(j, cw, 3, clock64());
   }
+  if (pp && ring_across && cw == 0) sm90::named_bar_sync(8, 256);  // the last warpgroup's last signal
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
 #endif
