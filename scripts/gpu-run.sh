@@ -311,7 +311,7 @@ for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/
         IFS=: read -r hd n cz <<< "$cell"; cs=off; [ "$cz" = 1 ] && cs=on
         echo "-- D$hd N$n causal $cs"
         FA_WS_TRACE_EVERY=${TRACE_EVERY:-20} timeout 60 node dist/bench/cli.js --dir fwd --dtype fp16 --hdim $hd --seqlen $n \
-          --causal $cs --api-ms 20 --reps 30 --out /tmp/tr 2>&1 | grep -E "fa ws (step )?trace" | tail -4
+          --causal $cs --api-ms 20 --reps 30 --out /tmp/tr 2>&1 | grep -E "fa ws (step )?trace" | tail -6
       done | tee "$OUT/trace.log"
       cp /tmp/addon-keep.node build/Release/flash_attention_node.node ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;

@@ -167,6 +167,27 @@ void ws_trace_report(cudaStream_t stream, void* trace) {
               Tr::kHeadDim, Tr::kConsumers, Tr::kBlockN, nd, d[0] / nd, d[1] / nd, d[2] / nd, d[3] / nd, phase5, d[4] / nd,
               phase6, d[5] / nd, d[6] / nd, d[7] / nd);
   }
+  // The last consumer warpgroup's lag behind warpgroup 0 on the same tile, at each mark (the
+  // ping-pong ring orders their turns; what one waits for at a tile's start or end shows here), and
+  // the mean tile period (Q-full passed to the next tile's, warpgroup 0).
+  {
+    double lag[4] = {0}, period = 0, period_blocks = 0;
+    long nl = 0, np = 0;
+    for (int c = 0; c < kTraceCtas; ++c)
+      for (int j = 0; j < kTraceTiles; ++j) {
+        const long long* t0 = h[c][j][0];
+        const long long* tl = h[c][j][Tr::kConsumers - 1];
+        if (t0[0] == 0 || t0[3] == 0 || tl[0] == 0 || tl[3] == 0 || t0[4] <= 0) continue;
+        ++nl;
+        for (int f = 0; f < 4; ++f) lag[f] += double(tl[f] - t0[f]);
+        if (j + 1 < kTraceTiles && h[c][j + 1][0][0] != 0) period += double(h[c][j + 1][0][0] - t0[0]), period_blocks += double(t0[4]), ++np;
+      }
+    if (nl > 0)
+      fprintf(stderr,
+              "fa ws trace lag: W %d, last warpgroup behind warpgroup 0 (cycles): Q-full %.0f, first softmax %.0f, last P V %.0f, "
+              "epilogue %.0f; warpgroup 0's tile period %.0f (%.1f blocks)\n",
+              Tr::kHeadDim, lag[0] / nl, lag[1] / nl, lag[2] / nl, lag[3] / nl, np ? period / np : 0.0, np ? period_blocks / np : 0.0);
+  }
   const double per_block = steady_blocks > 0 ? steady / steady_blocks : 0;
   const double hand = n_gap ? gap / n_gap : 0, first = n_fill ? fill / n_fill : 0;
   const double extra = hand + first + epi / n - per_block;
