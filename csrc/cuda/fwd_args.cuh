@@ -66,8 +66,6 @@ struct FwdTmaArgs {
   int pingpong;        // the consumer warpgroups take turns issuing their products (fwd_kernel_sm90_ws.cuh)
   int rescale_always;  // rescale O at every key block (comparisons; default: when a row max moved)
   int ring_across;     // the ping-pong ring runs on across tiles (FA_WS_RING_ACROSS=0: it restarts per tile)
-  int lookahead;       // consumers issue the next tile's first S before this tile's epilogue (kQReg kernels)
-  int early_q;         // the producer loads the next tile's Q a few key blocks before this tile's end (kQReg kernels)
   int pdl;             // launched with programmatic dependent launch (FA_FWD_PDL=1): wait, then trigger
   int ctas;            // persistent grid: blocks launched (0: one per tile)
   int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches

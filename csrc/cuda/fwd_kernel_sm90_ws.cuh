@@ -55,9 +55,6 @@ namespace cuda {
 #ifndef FA_WS_RESCALE_IN_SOFTMAX
 #define FA_WS_RESCALE_IN_SOFTMAX 1
 #endif
-#ifndef FA_WS_LOOKAHEAD
-#define FA_WS_LOOKAHEAD 1  // compile-time switch for comparisons: see Sm90WsTraits::kLookahead
-#endif
 
 template <typename T_, int kHeadDim_, int kConsumers_, int kBlockN_ = sm90_ws_block_n(kHeadDim_)>
 struct Sm90WsTraits {
@@ -106,11 +103,6 @@ struct Sm90WsTraits {
   // API, 3 runs: D 64 +0.5-2.5%, D 128 -0.7..+1.3% (geometric mean +0.1%), D 256 -0.1..-2%, where
   // it stays off: there the wait moved before the softmax leaves less to hide behind the P V.)
   static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128;
-  // Lookahead across tiles: a consumer warpgroup issues the next tile's first S = Q K^T right after
-  // this tile's last P V, and writes this tile's O while both run (the tile loop's back edge with
-  // that S in flight). Needs O's own buffer: where O is staged through Q's, the next Q loads only
-  // after the epilogue. (FA_WS_LOOKAHEAD=0 at compile time: the epilogue first, comparisons.)
-  static constexpr bool kLookahead = FA_WS_LOOKAHEAD != 0 && kQReg;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
   // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
@@ -318,69 +310,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       int c = 0;
       int idx = blockIdx.x;
       const bool dynamic = ta.ctas > 0;
-      // resolve: tile id into its tile and key blocks, or done (past the last tile; one tile per
-      // block without the persistent grid). Idle tiles (row blocks past a short sequence's end: a
-      // packed call has ceil(max length / BM) per sequence and head; a paged call's decode
-      // sequences) never reach the consumers: the producer moves the counter past the idle run
-      // (every index in it is idle, so no tile is lost) and draws again, updating id. Handed over
-      // one by one, each cost a hand-over and two dependent reads with the tensor cores idle. A
-      // resolved id resolves to itself again without drawing.
-      auto resolve = [&](int& id, int jj, WsTile& wr, int& nb, bool& dn) {
-        dn = id >= n_tiles || (jj > 0 && !dynamic);
-        nb = 0;
-        if (dn) return;
-        wr = ws_tile<BM, BN>(ta, id);
-        while (dynamic && wr.idle) {
-          const int end = ws_idle_run_end<BM>(a, wr, id);
-          if (lead) atomicMax(ta.tile_counter, end - ta.ctas);
-          id = draw();
-          if (id >= n_tiles) {
-            dn = true;
-            return;
-          }
-          wr = ws_tile<BM, BN>(ta, id);
-        }
-        nb = max(wr.n_max - wr.n_min, 0);
-      };
-      // issue_q: tile jj's slot (its index, or -1 at the end) and its Q, once the consumers have
-      // released tile jj - 1's (a tile without keys: the slot alone).
-      auto issue_q = [&](int jj, int id, const WsTile& wr, int nb, bool dn) {
-        if (jj > 0) mbar_wait(bar_qe, (jj - 1) & 1);
-        if (lead) {
-          slots[jj & 1] = dn ? -1 : id;
-          if (nb > 0) {
-            const int qb = a.cu_seqlens_q != nullptr ? 0 : wr.bc.b;
-            mbar_arrive_expect_tx(bar_qf, Tr::kTileQ);
-#pragma unroll
-            for (int cb = 0; cb < kCB; ++cb)
-              tma_load_4d(sQ + cb * BM * 128, &ta.tq, cb * 64, static_cast<int>(wr.seq.q_row0) + wr.row0, wr.bc.h, qb, bar_qf);
-          } else {
-            mbar_arrive(bar_qf);  // the slot alone (a tile without keys, or the end)
-          }
-        }
-      };
-      // Early Q (kQReg kernels, persistent grid; FA_WS_EARLY_Q=0: comparisons): the consumers hand
-      // Q's buffer back when a tile starts, so the next tile is drawn three key blocks before this
-      // one's end and resolved, and its Q loaded, two before: it lands while this tile runs instead
-      // of after its last copies (one more tile held per block for a few key blocks).
-      const bool early_q = Tr::kQReg && dynamic && ta.early_q != 0;
-      bool q_issued = false;  // this tile's Q went in during the previous tile
       for (int j = 0;; ++j) {
-        bool done;
+        bool done = idx >= n_tiles || (j > 0 && !dynamic);
         WsTile w{};
-        int n_blocks;
+        int n_blocks = 0;
         int next = n_tiles;
-        // The next tile is drawn when this tile's last key block is loaded (its latency hides
-        // behind that block's waits; early_q: three blocks before). Drawn at the start of the tile
-        // instead, a block holds a tile it cannot start for a whole tile: causal N 16k lost 6%
-        // (NOTES-fwd.md).
-        resolve(idx, j, w, n_blocks, done);
+        if (!done) {
+          // The next tile is drawn when this tile's last key block is loaded (its latency hides
+          // behind that block's waits). Drawn at the start of the tile instead, a block holds a
+          // tile it cannot start for a whole tile: causal N 16k lost 6% (NOTES-fwd.md).
+          w = ws_tile<BM, BN>(ta, idx);
+          // Idle tiles (row blocks past a short sequence's end: a packed call has ceil(max length /
+          // BM) per sequence and head; a paged call's decode sequences) never reach the consumers:
+          // the producer moves the counter past the idle run (every index in it is idle, so no
+          // tile is lost) and draws again. Handed over one by one, each cost a hand-over and two
+          // dependent reads with the tensor cores idle.
+          while (dynamic && w.idle) {
+            const int end = ws_idle_run_end<BM>(a, w, idx);
+            if (lead) atomicMax(ta.tile_counter, end - ta.ctas);
+            idx = draw();
+            if (idx >= n_tiles) {
+              done = true;
+              break;
+            }
+            w = ws_tile<BM, BN>(ta, idx);
+          }
+          if (!done) n_blocks = max(w.n_max - w.n_min, 0);
+        }
         const int hk = w.bc.h / a.group;
         // Map coordinates: packed sequences are rows of one [total, heads, D] tensor (batch 0);
         // rows of the next sequence that a ragged tile reads are masked (keys) or not stored (rows).
         const bool packed = a.cu_seqlens_q != nullptr;
         const int bm = packed ? 0 : w.bc.b;
-        const int k_row0 = static_cast<int>(w.seq.k_row0);
+        const int q_row0 = static_cast<int>(w.seq.q_row0), k_row0 = static_cast<int>(w.seq.k_row0);
         // Paged: this lane's box of key block n is key t0 = n * BN + lane * box, in page-table entry
         // t0 / page size. The entry is read a loop step ahead (page_of) and turned into the cache row
         // only where the copies are issued, after the stage's wait (box_row): the read's latency
@@ -437,8 +399,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         if (kPaged && n_blocks > 0) pg_cur = page_of(w.n_max - 1);
         if (n_blocks > 0) load_k(w.n_max - 1, c, pg_cur);
         if (kPaged && n_blocks > 1) pg_next = page_of(w.n_max - 2);
-        if (!q_issued) issue_q(j, idx, w, n_blocks, done);
-        q_issued = false;
+        if (j > 0) mbar_wait(bar_qe, (j - 1) & 1);
+        if (lead) {
+          slots[j & 1] = done ? -1 : idx;
+          if (n_blocks > 0) {
+            mbar_arrive_expect_tx(bar_qf, Tr::kTileQ);
+#pragma unroll
+            for (int cb = 0; cb < kCB; ++cb)
+              tma_load_4d(sQ + cb * BM * 128, &ta.tq, cb * 64, q_row0 + w.row0, w.bc.h, bm, bar_qf);
+          } else {
+            mbar_arrive(bar_qf);  // the slot alone (a tile without keys, or the end)
+          }
+        }
         if (done) break;
         if (dynamic && n_blocks == 0) next = draw();
         // Per block: its K (the first block's went before Q), then its V. Paged calls: K of the
@@ -449,11 +421,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         // for 9% of their time, 1% at page 256 (ncu, NOTES-inference.md, seventeenth session).
         // (Dense calls keep the first order: their K is on time, and the second costs the 24-register
         // producer spills at W 64.)
-        const int draw_at = early_q ? max(0, n_blocks - 3) : n_blocks - 1;
-        const int q_at = max(0, n_blocks - 2);
         for (int it = 0; it < n_blocks; ++it, ++c) {
           const int n = w.n_max - 1 - it;
-          if (dynamic && it == draw_at) next = draw();
+          if (dynamic && it == n_blocks - 1) next = draw();
           if constexpr (kPaged) {
             if (it + 1 < n_blocks) {
               int pg_after = -1;
@@ -468,14 +438,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           } else {
             if (it > 0) load_k(n, c, -1);
             load_v(n, c, -1);
-          }
-          if (early_q && it == q_at) {
-            WsTile wn{};
-            int nbn;
-            bool dnn;
-            resolve(next, j + 1, wn, nbn, dnn);
-            issue_q(j + 1, next, wn, nbn, dnn);
-            q_issued = true;
           }
         }
         idx = next;
@@ -512,132 +474,98 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
-  constexpr bool kLookahead = Tr::kLookahead;
-  const bool look = kLookahead && ta.lookahead != 0;  // (FA_WS_LOOKAHEAD=0 at run time: comparisons)
-  const bool ring_across = look || ta.ring_across != 0;
+  const bool ring_across = ta.ring_across != 0;
   if (pp && ring_across && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);  // warpgroup 0's first turn
-
-  float s[1][BN / 8][4];
-  float o[1][D / 8][4];
-  uint32_t p[BN / 16][4];
-  // kQReg: this warp's 16 rows of Q as wgmma A fragments (ldmatrix from the 128-byte swizzled
-  // tile: lanes 0-15 address rows 0-15 of a 16-column step, lanes 16-31 the same rows 8 columns
-  // on, giving the m16n8k16 A layout), then Q's buffer goes back to the producer.
-  uint32_t qf[Tr::kQReg ? D / 16 : 1][4];
-  float row_max[1][2], row_sum[1][2];
-  float alpha[1][2];
-  float* const sf = &s[0][0][0];
-  float* const of = &o[0][0][0];
-
-  auto issue_s = [&](int stage) {
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      if constexpr (Tr::kQReg)
-        sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
-      else
-        sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
-    }
-    sm90::wgmma_commit();
-  };
-  auto issue_pv = [&](int stage, int accumulate) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
-    sm90::wgmma_commit();
-  };
-  auto pack_p = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      p[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
-      p[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
-      p[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-      p[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-    }
-  };
-
-  // Ping-pong (ta.pingpong): the consumer warpgroups take turns issuing their products, in a ring
-  // (0, 1, [2,] 0, ...), so that one's softmax runs while another's products occupy the tensor
-  // cores. Named barrier 8 + cw is "cw may issue": 256 arrivals, cw's own 128 waiting and its
-  // predecessor's 128 signalling after its issue. All warpgroups have the same n_blocks + 1 turns
-  // in a tile. The ring runs on across tiles (ring_across, the default): the last warpgroup's last
-  // turn of a tile (its last P V issued) lets warpgroup 0 take the next tile's first turn, so
-  // warpgroup 0's next S = Q K^T and softmax run while the others finish this tile and write their
-  // O (one signal before the loop starts it, one wait after the loop balances it). Otherwise
-  // (FA_WS_RING_ACROSS=0 without the lookahead, comparisons) the last warpgroup signals warpgroup 0
-  // when it starts the next tile, after its epilogue, and its last turn of a tile signals nobody.
-  int turns_left = 0;
-  auto my_turn = [&]() {
-    if (pp) sm90::named_bar_sync(8 + cw, 256);
-  };
-  auto pass_turn = [&]() {
-    --turns_left;
-    if (pp && (cw < Tr::kConsumers - 1 || turns_left > 0 || ring_across))
-      sm90::named_bar_arrive(8 + (cw + 1) % Tr::kConsumers, 256);
-  };
-
-  // The tile in hand: j counts the tiles (Q's phase), c the key blocks of the ring so far.
-  int c = 0, j = 0, idx = 0, n_blocks = 0;
-  WsTile w{};
-  // fetch: tile j's index once its Q has landed (-1: the end), its key blocks, and (kQReg, a tile
-  // with keys) Q into registers, its buffer handed back at once.
-  auto fetch = [&]() {
+  int c = 0;
+  for (int j = 0;; ++j) {
     mbar_wait(bar_qf, j & 1);
-    idx = slots[j & 1];
-    if (idx < 0) return;
-    w = ws_tile<BM, BN>(ta, idx);
-    n_blocks = w.n_max - w.n_min;
-    turns_left = n_blocks + 1;
+    const int idx = slots[j & 1];
+    if (idx < 0) break;
+    const WsTile w = ws_tile<BM, BN>(ta, idx);
+    const int n_blocks = w.n_max - w.n_min;
     FA_WS_MARK(j, cw, 0, clock64());
     FA_WS_MARK(j, cw, 4, n_blocks);
-    if constexpr (Tr::kQReg) {
-      if (n_blocks > 0) {
-        const int r = wrow0 + (lane & 15);
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {
-          const int chunk = ks * 2 + (lane >> 4);  // 16-byte chunk over the row
-          ldmatrix_x4(qf[ks], sQ + (chunk / 8) * BM * 128 + r * 128 + (((chunk % 8) ^ (r & 7)) << 4));
-        }
-        sm90::reg_fence_u32<D / 4>(&qf[0][0]);
-        release(bar_qe);
-      }
-    }
-  };
-  // start: the fetched tile's first key block (n_max - 1, the first of the loop order): its K
-  // waited for and S = Q K^T issued in this warpgroup's turn; the tile's loop waits for it.
-  auto start = [&]() {
-    mbar_wait(bar_kf + 8 * (c % S), (c / S) & 1);
-    my_turn();
-    sm90::wgmma_fence();
-    issue_s(c % S);
-    pass_turn();
-  };
-
-  // (kLookahead: a tile's first S is issued before the loop's back edge, and is in flight across it;
-  // without, at the top of the tile, nothing in flight there: ptxas serialised the D 192 / 256
-  // kernels' wgmmas with that S across the back edge)
-  fetch();
-  if (kLookahead && idx >= 0 && n_blocks > 0) start();
-  while (idx >= 0) {
-    const int jt = j;  // (trace marks)
-    (void)jt;
     const int row0 = w.row0, n_max = w.n_max, Nq = w.seq.nq;
     const FwdBlockPtrs gp = block_ptrs<2>(a, w.bc, w.seq, row0);
     if (n_blocks <= 0) {
       if (!w.idle) write_empty_rows<BM, 128 * Tr::kConsumers>(a, gp.o, gp.lse, min(BM, Nq - row0), 2, ctid);
       release(bar_qe);
-      ++j;
-      fetch();
-      if (kLookahead && idx >= 0 && n_blocks > 0) start();
       continue;
     }
-    if constexpr (!kLookahead) start();
     const KeyWindow win(w.seq, a.window_left, a.window_right);
+
+    float s[1][BN / 8][4];
+    float o[1][D / 8][4];
+    uint32_t p[BN / 16][4];
+    // kQReg: this warp's 16 rows of Q as wgmma A fragments (ldmatrix from the 128-byte swizzled
+    // tile: lanes 0-15 address rows 0-15 of a 16-column step, lanes 16-31 the same rows 8 columns
+    // on, giving the m16n8k16 A layout), then Q's buffer goes back to the producer.
+    uint32_t qf[Tr::kQReg ? D / 16 : 1][4];
+    if constexpr (Tr::kQReg) {
+      const int r = wrow0 + (lane & 15);
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const int chunk = ks * 2 + (lane >> 4);  // 16-byte chunk over the row
+        ldmatrix_x4(qf[ks], sQ + (chunk / 8) * BM * 128 + r * 128 + (((chunk % 8) ^ (r & 7)) << 4));
+      }
+      sm90::reg_fence_u32<D / 4>(&qf[0][0]);
+      release(bar_qe);
+    }
+    float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+    float alpha[1][2];
+    float* const sf = &s[0][0][0];
+    float* const of = &o[0][0][0];
+
+    auto issue_s = [&](int stage) {
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        if constexpr (Tr::kQReg)
+          sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+        else
+          sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+      }
+      sm90::wgmma_commit();
+    };
+    auto issue_pv = [&](int stage, int accumulate) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
+      sm90::wgmma_commit();
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        p[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+        p[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+        p[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        p[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      }
+    };
     auto mask_and_softmax = [&](int nb) {
       score_mod_and_mask<BN, false>(s, a, win, nb, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
       online_softmax_step(s, row_max, row_sum, alpha, sl2);
     };
-    row_max[0][0] = row_max[0][1] = -INFINITY;
-    row_sum[0][0] = row_sum[0][1] = 0.f;
+
+    // Ping-pong (ta.pingpong): the consumer warpgroups take turns issuing their products, in a ring
+    // (0, 1, [2,] 0, ...), so that one's softmax runs while another's products occupy the tensor
+    // cores. Named barrier 8 + cw is "cw may issue": 256 arrivals, cw's own 128 waiting and its
+    // predecessor's 128 signalling after its issue. All warpgroups have the same n_blocks + 1 turns
+    // in a tile. The ring runs on across tiles (ring_across, the default): the last warpgroup's last
+    // turn of a tile (its last P V issued) lets warpgroup 0 take the next tile's first turn, so
+    // warpgroup 0's next S = Q K^T and softmax run while the others finish this tile and write their
+    // O (one signal before the loop starts it, one wait after the loop balances it). Otherwise
+    // (FA_WS_RING_ACROSS=0, comparisons) the last warpgroup signals warpgroup 0 when it starts the
+    // next tile, after its epilogue, and its last turn of a tile signals nobody.
+    int turns_left = n_blocks + 1;
+    auto my_turn = [&]() {
+      if (pp) sm90::named_bar_sync(8 + cw, 256);
+    };
+    auto pass_turn = [&]() {
+      --turns_left;
+      if (pp && (cw < Tr::kConsumers - 1 || turns_left > 0 || ring_across))
+        sm90::named_bar_arrive(8 + (cw + 1) % Tr::kConsumers, 256);
+    };
+    if (pp && !ring_across && cw == Tr::kConsumers - 1) sm90::named_bar_arrive(8, 256);
 
     // Paged: V rows [tail0, tail1) of the tile's first key block (n_max - 1) lie past the sequence's
     // end inside the box that holds it, and hold whatever the page holds. The consumers zero them
@@ -661,10 +589,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
     };
 
-    // Block 0 of the loop order (key block n_max - 1): its S was issued by start(); softmax, P. O
-    // needs no initialisation: the first P V overwrites it.
+    // Block 0 of the loop order (key block n_max - 1): S, softmax, P. O needs no initialisation:
+    // the first P V overwrites it.
     int sc = c % S;                // stage of the block before the current one
     uint32_t phc = (c / S) & 1;    // its fill parity
+    mbar_wait(bar_kf + 8 * sc, phc);
+    my_turn();
+    sm90::wgmma_fence();
+    issue_s(sc);
+    pass_turn();
     sm90::wgmma_wait<0>();
     sm90::reg_fence<BN / 2>(sf);
     release(bar_ke + 8 * sc);
@@ -672,7 +605,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
     mask_and_softmax(n_max - 1);
     pack_p();
-    FA_WS_MARK(jt, cw, 1, clock_after(p[BN / 16 - 1][3]));
+    FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
+
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
     // The next step's K and V full barriers are tested while the warp waits for S (kEarlyTest):
     // where both had landed, that step starts without their round trips.
@@ -681,20 +615,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       int sn = sc + 1;
       uint32_t phn = phc;
       if (sn == S) sn = 0, phn ^= 1u;
-      FA_WS_BMARK(jt, it, cw, 0, clock64());
+      FA_WS_BMARK(j, it, cw, 0, clock64());
       if (!kv_ready) {
         mbar_wait(bar_kf + 8 * sn, phn);
         mbar_wait(bar_vf + 8 * sc, phc);
       }
       if (it == 1) zero_tail(sc);
-      FA_WS_BMARK(jt, it, cw, 1, clock64());
+      FA_WS_BMARK(j, it, cw, 1, clock64());
       my_turn();
-      FA_WS_BMARK(jt, it, cw, 2, clock64());
+      FA_WS_BMARK(j, it, cw, 2, clock64());
       sm90::wgmma_fence();
       issue_s(sn);
       issue_pv(sc, it > 1 ? 1 : 0);
       pass_turn();
-      FA_WS_BMARK(jt, it, cw, 3, clock64());
+      FA_WS_BMARK(j, it, cw, 3, clock64());
       if constexpr (Tr::kEarlyTest) {
         int sn2 = sn + 1;
         uint32_t phn2 = phn;
@@ -703,7 +637,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       sm90::wgmma_wait<1>();
       sm90::reg_fence<BN / 2>(sf);
-      FA_WS_BMARK(jt, it, cw, 4, clock_after(__float_as_uint(sf[0])));
+      FA_WS_BMARK(j, it, cw, 4, clock_after(__float_as_uint(sf[0])));
       release(bar_ke + 8 * sn);
       if (q_early && it == n_blocks - 1) release(bar_qe);
       if constexpr (Tr::kRescaleInSoftmax) {
@@ -719,17 +653,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         sm90::reg_fence<D / 2>(of);
         // (marks 5 and 6 in this order here; a plain clock64, kept after the wait by the volatile
         // fence before it: one bound to of[0] made ptxas serialize the trace build's wgmmas)
-        FA_WS_BMARK(jt, it, cw, 5, clock64());
+        FA_WS_BMARK(j, it, cw, 5, clock64());
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
         mask_and_softmax(n_max - 1 - it);
-        FA_WS_BMARK(jt, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
+        FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
       } else {
         mask_and_softmax(n_max - 1 - it);
-        FA_WS_BMARK(jt, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
+        FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
         sm90::wgmma_wait<0>();
         sm90::reg_fence<D / 2>(of);
-        FA_WS_BMARK(jt, it, cw, 6, clock_after(__float_as_uint(of[0])));
+        FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(of[0])));
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
       }
@@ -752,26 +686,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     sm90::wgmma_fence();
     issue_pv(sc, n_blocks > 1 ? 1 : 0);
     pass_turn();
-    c += n_blocks;
-    // kLookahead: the next tile's Q and first S = Q K^T go in now (its turn follows this one in the
-    // ring), and this tile's last P V and epilogue run in their shadow, so that a tile's end costs
-    // the tensor cores no idle time (NOTES-fwd.md, twenty-second session). Q's registers are free
-    // (the tile's last S is done), and the S registers (packed into P already).
-    if (look) {
-      ++j;
-      fetch();
-      if (idx >= 0 && n_blocks > 0) {
-        start();
-        sm90::wgmma_wait<1>();  // this tile's P V (the next S stays in flight)
-      } else {
-        sm90::wgmma_wait<0>();
-      }
-    } else {
-      sm90::wgmma_wait<0>();
-    }
+    sm90::wgmma_wait<0>();
     sm90::reg_fence<D / 2>(of);
     release(bar_ve + 8 * sc);
-    FA_WS_MARK(jt, cw, 2, clock64());
+    c += n_blocks;
+    FA_WS_MARK(j, cw, 2, clock64());
 
     // Epilogue: each warp writes only its own rows (through its rows of the O buffer, or directly).
     // At D 256 and W 128 with 176 keys (no O buffer; FA_WS_SPLIT_O, the default: a half-width one, in
@@ -786,17 +705,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       sm90_store_rows<T, D, BM>(o, row_max, row_sum, sl2, smem, gp, a, row0, wrow0, Nq, lane);
       release(bar_qe);
     }
-    FA_WS_MARK(jt, cw, 3, clock64());
-    if constexpr (!kLookahead) {
-      ++j;
-      fetch();
-    } else if (!look) {
-      ++j;
-      fetch();
-      if (idx >= 0 && n_blocks > 0) start();
-    }
+    FA_WS_MARK(j, cw, 3, clock64());
   }
-  sm90::wgmma_wait<0>();  // (nothing in flight here; said for ptxas, which cannot tell from the loop's paths)
   if (pp && ring_across && cw == 0) sm90::named_bar_sync(8, 256);  // the last warpgroup's last signal
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
