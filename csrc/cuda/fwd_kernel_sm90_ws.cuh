@@ -113,13 +113,9 @@ struct Sm90WsTraits {
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;  // 24 x 128 + 240 x 256 = 384 x 168, the launch's allocation
   // Barriers after the tiles: Q full, Q empty, then K full, V full, K empty, V empty per stage.
   static constexpr int kBarOffset = kTileQ + kTileO + 2 * kStages * kTileKV;
-  // Then two int slots: the tile index the producer hands to the consumers (tile j in slot j % 2),
-  // and two of kTileInfoBytes: the producer's resolved tile (WsTile) for the same j, so that the
-  // consumers do not work the index out again at every tile's start.
+  // Then two int slots: the tile index the producer hands to the consumers (tile j in slot j % 2).
   static constexpr int kSlotOffset = kBarOffset + 8 * (2 + 4 * kStages);
-  static constexpr int kTileInfoBytes = 64;
-  static constexpr int kTileInfoOffset = kSlotOffset + 8;
-  static constexpr int kSmemBytes = 1024 + kTileInfoOffset + 2 * kTileInfoBytes;
+  static constexpr int kSmemBytes = 1024 + kSlotOffset + 8;
   static_assert(sizeof(T) == 2 && (kConsumers == 2 || kConsumers == 3), "fp16 / bf16, two or three consumers");
   static_assert(kStages >= 2, "a ring of at least two stages");
   // setmaxnreg moves registers within the block's launch allocation (168 per thread at 384 threads):
@@ -138,22 +134,6 @@ struct WsTile {
   int row0, n_min, n_max;
   bool idle;  // nothing to compute or write: rows past the sequence, or a paged call's decode sequence
 };
-// The producer's resolved tile j handed to the consumers through shared memory (slot j % 2 of
-// kTileInfoBytes; written before tile j's Q-full arrival, read after its wait), field by field as
-// 32-bit words: what the consumers use (not k_row0: their K and V come from the ring; q_row0 is a
-// cu_seqlens entry, 32 bits).
-__device__ __forceinline__ void ws_tile_put(volatile int* d, const WsTile& w) {
-  d[0] = w.bc.m_block, d[1] = w.bc.h, d[2] = w.bc.b;
-  d[3] = w.seq.nq, d[4] = w.seq.nk, d[5] = static_cast<int>(w.seq.q_row0);
-  d[6] = w.row0, d[7] = w.n_min, d[8] = w.n_max, d[9] = w.idle ? 1 : 0;
-}
-__device__ __forceinline__ WsTile ws_tile_get(const volatile int* d) {
-  WsTile w;
-  w.bc.m_block = d[0], w.bc.h = d[1], w.bc.b = d[2];
-  w.seq.nq = d[3], w.seq.nk = d[4], w.seq.q_row0 = d[5], w.seq.k_row0 = 0;
-  w.row0 = d[6], w.n_min = d[7], w.n_max = d[8], w.idle = d[9] != 0;
-  return w;
-}
 // Tile idx's (row block, head, batch). Default: block_coord_of (the row blocks of one (batch, head)
 // adjacent, the longest first under a causal mask). FA_WS_LPT builds with ta.lpt_groups = G > 0
 // (causal dense calls): the (batch, head) pairs in sections of G, and inside a section the row
@@ -264,8 +244,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   const uint32_t bar_qf = sQ + Tr::kBarOffset, bar_qe = bar_qf + 8;
   const uint32_t bar_kf = bar_qe + 8, bar_vf = bar_kf + 8 * S, bar_ke = bar_vf + 8 * S, bar_ve = bar_ke + 8 * S;
   volatile int* const slots = reinterpret_cast<volatile int*>(smem + Tr::kSlotOffset);
-  volatile int* const tile_info = reinterpret_cast<volatile int*>(smem + Tr::kTileInfoOffset);  // 2 x kTileInfoBytes
-  static_assert(10 * 4 <= Tr::kTileInfoBytes, "tile info slot");
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -359,9 +337,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           }
           if (!done) n_blocks = max(w.n_max - w.n_min, 0);
         }
-        // Tile j's slot of tile info is free: the consumers read it for tile j - 2 before they
-        // released that tile's Q, which the producer waited for before tile j - 1's Q.
-        if (lead && !done) ws_tile_put(tile_info + (j & 1) * (Tr::kTileInfoBytes / 4), w);
         const int hk = w.bc.h / a.group;
         // Map coordinates: packed sequences are rows of one [total, heads, D] tensor (batch 0);
         // rows of the next sequence that a ragged tile reads are masked (keys) or not stored (rows).
@@ -506,7 +481,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     mbar_wait(bar_qf, j & 1);
     const int idx = slots[j & 1];
     if (idx < 0) break;
-    const WsTile w = ws_tile_get(tile_info + (j & 1) * (Tr::kTileInfoBytes / 4));  // the producer's ws_tile<BM, BN>(ta, idx)
+    const WsTile w = ws_tile<BM, BN>(ta, idx);
     const int n_blocks = w.n_max - w.n_min;
     FA_WS_MARK(j, cw, 0, clock64());
     FA_WS_MARK(j, cw, 4, n_blocks);
