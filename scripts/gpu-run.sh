@@ -177,16 +177,24 @@ for s in $steps; do
       # of them, e.g. FA_WS_SPLIT_O=1 / FA_WS_LPT=1 builds: b1, b2, ...), in turns, AB_ROUNDS rounds
       # (default 2), torch in the first a run unless AB_TORCH=0; AB_DIR fwd / bwd / fwd,bwd (default
       # fwd), AB_ARGS narrows the grid (default fp16, D 128 and 256, causal and not, N 512-16k);
-      # AB_TAG names the logs.
+      # AB_TAG names the logs. The sides' order turns by one each round (a b1 b2, b1 b2 a, ...): with
+      # a fixed order the GPU's warming over a round could favour the earlier sides on the
+      # power-bound cells (twenty-second session, NOTES-fwd.md: three builds all read +1-2% over the
+      # last side at D 128 N 4k-16k, where their code could not differ by that).
       args="--dir ${AB_DIR:-fwd} --dtype fp16 --hdim 128,256 --causal both --api-ms 40 --reps 10 ${AB_ARGS:-}"
       tag=${AB_TAG:-fwd-ab}
       ab_sides fwd-ab
-      for round in $(seq 1 ${AB_ROUNDS:-2}); do for side in $sides; do
-        cp /tmp/addon-$side.node build/Release/flash_attention_node.node
-        cmp=""; [ $side$round = a1 ] && [ "${AB_TORCH:-1}" = 1 ] && cmp="--compare torch"
-        echo "-- $side (round $round) $(el)"
-        timeout ${AB_TIMEOUT:-150} env ${side_env[$side]:-} node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/$tag-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
-      done; done | tee "$OUT/$tag.log"
+      read -r -a side_list <<< "$sides"
+      for round in $(seq 1 ${AB_ROUNDS:-2}); do
+        k=$(( (round - 1) % ${#side_list[@]} ))
+        order="${side_list[*]:k} ${side_list[*]:0:k}"
+        for side in $order; do
+          cp /tmp/addon-$side.node build/Release/flash_attention_node.node
+          cmp=""; [ $side$round = a1 ] && [ "${AB_TORCH:-1}" = 1 ] && cmp="--compare torch"
+          echo "-- $side (round $round) $(el)"
+          timeout ${AB_TIMEOUT:-150} env ${side_env[$side]:-} node dist/bench/cli.js $args $cmp --out /tmp/ab-$side$round 2>&1 | tee -a "$OUT/$tag-$side.log" | grep -E "^\| (float|bfloat)" | cut -c1-120
+        done
+      done | tee "$OUT/$tag.log"
       cp /tmp/addon-a.node build/Release/flash_attention_node.node ;;
     pdl-racecheck)
       # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
