@@ -13,14 +13,20 @@ T0=$(date +%s); el() { echo "($(( $(date +%s) - T0 )) s)"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv,noheader
 # The addons of an A/B step: this tree's (side a) and each of AB_ADDON (.node files or xz's of them:
 # sides b1, b2, ...) under /tmp/addon-<side>.node; sets $sides.
-# An entry env:VAR=v[,VAR2=w] is this tree's addon run with those variables set (runtime switches).
+# An entry env:VAR=v[,VAR2=w] is this tree's addon run with those variables set (runtime switches);
+# env:VAR=v[,VAR2=w]@FILE is FILE's addon (.node or .xz) run with them.
 declare -A side_env
 ab_sides() {
   sides="a"; local n=0 f
   cp build/Release/flash_attention_node.node /tmp/addon-a.node
   for f in ${AB_ADDON:-}; do
     n=$((n + 1))
-    case "$f" in env:*)
+    case "$f" in env:*@*)
+      # env:VAR=v[,VAR2=w]@file: that addon (.node or .xz) with those variables set
+      local spec=${f#env:} path=${f#*@}; spec=${spec%%@*}
+      case "$path" in *.xz) xz -dc "$path" > /tmp/addon-b$n.node ;; *) cp "$path" /tmp/addon-b$n.node ;; esac
+      side_env[b$n]="${spec//,/ }"; sides="$sides b$n"; echo "b$n = $path with ${side_env[b$n]}"; continue ;;
+    env:*)
       cp /tmp/addon-a.node /tmp/addon-b$n.node; side_env[b$n]="${f#env:}"; side_env[b$n]="${side_env[b$n]//,/ }"
       sides="$sides b$n"; echo "b$n = this tree with ${side_env[b$n]}"; continue ;;
     esac
