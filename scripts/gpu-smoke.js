@@ -47,6 +47,10 @@ const cases = [
   { B: 1, Nq: 260, Nk: 330, H: 2, Hkv: 1, D: 256, dtype: 'float16', causal: true, layout: 'bshd' },
   // The W 256 forward's 80-key tiles (from 2048 keys): 26 key blocks, the last one ragged.
   { B: 1, Nq: 130, Nk: 2050, H: 2, Hkv: 1, D: 256, dtype: 'bfloat16', causal: false, layout: 'bshd' },
+  // More tiles than SMs (160-240): each block of the persistent forward walks several tiles, so the
+  // consumers' turn ring, the Q hand-over and the K / V ring run on across tile boundaries.
+  { B: 2, Nq: 520, Nk: 520, H: 16, Hkv: 4, D: 128, dtype: 'float16', causal: true, layout: 'bshd' },
+  { B: 2, Nq: 700, Nk: 700, H: 20, Hkv: 5, D: 64, dtype: 'bfloat16', causal: false, layout: 'bshd' },
 ];
 
 (async () => {
