@@ -21,18 +21,16 @@ ab_sides() {
   cp build/Release/flash_attention_node.node /tmp/addon-a.node
   for f in ${AB_ADDON:-}; do
     n=$((n + 1))
-    case "$f" in env:*@*)
-      # env:VAR=v[,VAR2=w]@file: that addon (.node or .xz) with those variables set
-      local spec=${f#env:} path=${f#*@}; spec=${spec%%@*}
-      case "$path" in *.xz) xz -dc "$path" > /tmp/addon-b$n.node ;; *) cp "$path" /tmp/addon-b$n.node ;; esac
-      side_env[b$n]="${spec//,/ }"; sides="$sides b$n"; echo "b$n = $path with ${side_env[b$n]}"; continue ;;
+    local spec=""
+    case "$f" in env:*@*) spec=${f#env:}; spec=${spec%%@*}; f=${f#*@} ;;
     env:*)
       cp /tmp/addon-a.node /tmp/addon-b$n.node; side_env[b$n]="${f#env:}"; side_env[b$n]="${side_env[b$n]//,/ }"
       sides="$sides b$n"; echo "b$n = this tree with ${side_env[b$n]}"; continue ;;
     esac
     [ -f "$f" ] || { echo "$1: $f not found"; continue; }
     case "$f" in *.xz) xz -dc "$f" > /tmp/addon-b$n.node ;; *) cp "$f" /tmp/addon-b$n.node ;; esac
-    sides="$sides b$n"; echo "b$n = $f"
+    [ -n "$spec" ] && side_env[b$n]="${spec//,/ }"
+    sides="$sides b$n"; echo "b$n = $f${spec:+ with ${side_env[b$n]}}"
   done
 }
 steps=${*:-tests sanitize start doctor bench}
