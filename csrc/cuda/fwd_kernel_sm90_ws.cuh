@@ -526,6 +526,23 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       sm90::wgmma_commit();
     };
+    // The first key block's S over its lower half only, for a warpgroup whose rows see none of the
+    // upper half's keys (the causal diagonal's first 64 rows; windows alike): m64n(BN/2); the upper
+    // half's registers are then set to -inf, what the mask would make of the products. Each path
+    // waits for its own wgmmas (with the wait after the join, ptxas serialized them, C7511).
+    // 128-key blocks only.
+    auto issue_s_lower = [&](int stage) {
+      if constexpr (BN == 128) {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+          if constexpr (Tr::kQReg)
+            sm90::Wgmma<T, BN / 2>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+          else
+            sm90::Wgmma<T, BN / 2>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+        }
+        sm90::wgmma_commit();
+      }
+    };
     auto issue_pv = [&](int stage, int accumulate) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
@@ -594,12 +611,25 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     int sc = c % S;                // stage of the block before the current one
     uint32_t phc = (c / S) & 1;    // its fill parity
     mbar_wait(bar_kf + 8 * sc, phc);
+    // (Not in the paged W 64 kernels: there the two paths made ptxas serialize the wgmmas, C7511.)
+    constexpr bool kTrimS = BN == 128 && !(kPaged && D == 64);
+    const bool half_s = kTrimS && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN + BN / 2;
     my_turn();
     sm90::wgmma_fence();
-    issue_s(sc);
-    pass_turn();
-    sm90::wgmma_wait<0>();
+    if (kTrimS && half_s) {
+      issue_s_lower(sc);
+      pass_turn();
+      sm90::wgmma_wait<0>();
+    } else {
+      issue_s(sc);
+      pass_turn();
+      sm90::wgmma_wait<0>();
+    }
     sm90::reg_fence<BN / 2>(sf);
+    if (kTrimS && half_s) {
+#pragma unroll
+      for (int i = BN / 2; i < BN; ++i) sf[i] = -INFINITY;
+    }
     release(bar_ke + 8 * sc);
     constexpr bool q_early = Tr::kOwnO && !Tr::kQReg;  // Q's buffer is free after the last S (kQReg: released at the start)
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
