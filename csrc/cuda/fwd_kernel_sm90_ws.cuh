@@ -612,23 +612,45 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     uint32_t phc = (c / S) & 1;    // its fill parity
     mbar_wait(bar_kf + 8 * sc, phc);
     // (Not in the paged W 64 kernels: there the two paths made ptxas serialize the wgmmas, C7511.)
-    constexpr bool kTrimS = BN == 128 && !(kPaged && D == 64);
-    const bool half_s = kTrimS && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN + BN / 2;
+    // With 64 / 80-key blocks (W 192 / 256), a warpgroup whose rows see no key of the block at all
+    // (warpgroup 0 on the causal diagonal) issues no S for it: all -inf, P = 0. (Not with 128-key
+    // blocks: a third path made the W 64 kernel's wgmmas serialize, C7511.)
+    constexpr bool kTrimS = !(kPaged && D == 64);
+    // win.hi of the warpgroup's last row: one past the last key its rows see.
+    const bool half_s = kTrimS && BN == 128 && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN + BN / 2;
+    const bool none_s = kTrimS && BN != 128 && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN;
     my_turn();
     sm90::wgmma_fence();
-    if (kTrimS && half_s) {
-      issue_s_lower(sc);
-      pass_turn();
-      sm90::wgmma_wait<0>();
+    if constexpr (BN == 128) {
+      if (half_s) {
+        issue_s_lower(sc);
+        pass_turn();
+        sm90::wgmma_wait<0>();
+      } else {
+        issue_s(sc);
+        pass_turn();
+        sm90::wgmma_wait<0>();
+      }
     } else {
-      issue_s(sc);
-      pass_turn();
-      sm90::wgmma_wait<0>();
+      if (none_s) {
+        pass_turn();
+      } else {
+        issue_s(sc);
+        pass_turn();
+        sm90::wgmma_wait<0>();
+      }
     }
     sm90::reg_fence<BN / 2>(sf);
-    if (kTrimS && half_s) {
+    if constexpr (BN == 128) {
+      if (half_s) {
 #pragma unroll
-      for (int i = BN / 2; i < BN; ++i) sf[i] = -INFINITY;
+        for (int i = BN / 2; i < BN; ++i) sf[i] = -INFINITY;
+      }
+    } else {
+      if (none_s) {
+#pragma unroll
+        for (int i = 0; i < BN; ++i) sf[i] = -INFINITY;
+      }
     }
     release(bar_ke + 8 * sc);
     constexpr bool q_early = Tr::kOwnO && !Tr::kQReg;  // Q's buffer is free after the last S (kQReg: released at the start)
