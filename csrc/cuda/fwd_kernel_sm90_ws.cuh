@@ -526,11 +526,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       sm90::wgmma_commit();
     };
-    // The first key block's S over its lower half only, for a warpgroup whose rows see none of the
-    // upper half's keys (the causal diagonal's first 64 rows; windows alike): m64n(BN/2); the upper
-    // half's registers are then set to -inf, what the mask would make of the products. Each path
-    // waits for its own wgmmas (with the wait after the join, ptxas serialized them, C7511).
-    // 128-key blocks only.
+    // The first key block's S over its lower 64 keys (m64n64), for a warpgroup whose rows see none
+    // of the upper half (see half_s below). 128-key blocks only.
     auto issue_s_lower = [&](int stage) {
       if constexpr (BN == 128) {
 #pragma unroll
@@ -611,12 +608,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     int sc = c % S;                // stage of the block before the current one
     uint32_t phc = (c / S) & 1;    // its fill parity
     mbar_wait(bar_kf + 8 * sc, phc);
-    // (Not in the paged W 64 kernels: there the two paths made ptxas serialize the wgmmas, C7511.)
-    // With 64 / 80-key blocks (W 192 / 256), a warpgroup whose rows see no key of the block at all
-    // (warpgroup 0 on the causal diagonal) issues no S for it: all -inf, P = 0. (Not with 128-key
-    // blocks: a third path made the W 64 kernel's wgmmas serialize, C7511.)
+    // The first key block's S where the warpgroup's rows see little of it (win.hi of its last row:
+    // one past the last key they see): with 128-key blocks, none of the upper half (warpgroup 0 on
+    // the causal diagonal) -> the lower half only; with 64 / 80-key blocks (W 192 / 256), none of
+    // the block -> no S. The skipped registers are set to -inf (P = 0). ptxas serializes the wgmmas
+    // (C7511) unless a kernel has just these two paths, each waiting for its own wgmmas; in the paged
+    // W 64 kernels it did even then, so they keep the whole S.
     constexpr bool kTrimS = !(kPaged && D == 64);
-    // win.hi of the warpgroup's last row: one past the last key its rows see.
     const bool half_s = kTrimS && BN == 128 && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN + BN / 2;
     const bool none_s = kTrimS && BN != 128 && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN;
     my_turn();
