@@ -90,18 +90,32 @@ async function randomDevice(shape: number[], dtype: DType, seed: number): Promis
  * guessed as guessMs). `between`, when given, runs after each round (timePair's kernel samples).
  */
 async function apiTime(call: () => Promise<void>, minMs: number, guessMs: number, between?: () => Promise<void>): Promise<number> {
-  for (let i = 0; i < 3; i++) await call();
+  return (await apiTimesInTurns([call], minMs, guessMs, between))[0];
+}
+
+/**
+ * apiTime of several calls in turns: each call's round of back-to-back calls (>= minMs) one after
+ * the other, the order turned by one each round, three rounds, the median round per call; so that
+ * calls compared with each other see the same load history (twenty-fourth session: timed one after
+ * another, the paged prefill calls ran after more sustained load than the dense call they were
+ * compared with).
+ */
+async function apiTimesInTurns(calls: Array<() => Promise<void>>, minMs: number, guessMs: number, between?: () => Promise<void>): Promise<number[]> {
+  for (const call of calls) for (let i = 0; i < 3; i++) await call();
   await synchronize();
   const n = Math.max(10, Math.ceil(minMs / Math.max(guessMs, 1e-3)));
-  const rounds: number[] = [];
+  const rounds = calls.map(() => [] as number[]);
   for (let r = 0; r < 3; r++) {
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) await call();
-    await synchronize();
-    rounds.push((performance.now() - t0) / n);
+    for (let j = 0; j < calls.length; j++) {
+      const i = (j + r) % calls.length;
+      const t0 = performance.now();
+      for (let c = 0; c < n; c++) await calls[i]();
+      await synchronize();
+      rounds[i].push((performance.now() - t0) / n);
+    }
     if (between) await between();
   }
-  return median(rounds);
+  return rounds.map(median);
 }
 
 /** Kernel samples per group in timePair (four groups). */
@@ -392,25 +406,10 @@ async function varlenBench(apiMs: number): Promise<string[]> {
     const call = async () => { const r = await pagedAttention(q, kc, vc, opts); r.out.dispose(); r.lse.dispose(); };
     return { page, kc, vc, pt, sk, opts, call };
   }));
-  // Public-API times in turns (twenty-fourth session): every variant's round of back-to-back calls
-  // (>= apiMs) one after the other, the order turned by one each round, three rounds, the median
-  // round per variant. Timed one variant after another, the later ones (the paged calls) ran after
-  // more sustained load than the dense baseline they are compared with.
-  const variants = [varlenCall, denseCall, singleCall, ...pagedSetups.map((x) => x.call)];
-  const perCall = variants.map(() => [] as number[]);
-  for (const f of variants) { for (let i = 0; i < 3; i++) await f(); }
-  await synchronize();
-  const nCalls = variants.map((_, i) => Math.max(10, Math.ceil(apiMs / (i === 1 ? 1 : 0.7))));
-  for (let round = 0; round < 3; round++) {
-    for (let j = 0; j < variants.length; j++) {
-      const i = (j + round) % variants.length;
-      const t0 = performance.now();
-      for (let c = 0; c < nCalls[i]; c++) await variants[i]();
-      await synchronize();
-      perCall[i].push((performance.now() - t0) / nCalls[i]);
-    }
-  }
-  const [varlenMs, denseMs, singleMs] = perCall.slice(0, 3).map(median);
+  // Public-API times in turns (apiTimesInTurns), so that the paged calls and the dense baseline
+  // they are compared with see the same load history.
+  const perCall = await apiTimesInTurns([varlenCall, denseCall, singleCall, ...pagedSetups.map((x) => x.call)], apiMs, 1);
+  const [varlenMs, denseMs, singleMs] = perCall;
   // GPU time by events (each call alone, all of its kernels), next to the back-to-back API time: where
   // the two differ, the difference is between calls, not in them.
   const eventsReps = 20;
@@ -418,7 +417,7 @@ async function varlenBench(apiMs: number): Promise<string[]> {
   const pagedRows: [number, number, number][] = [];
   for (const [n, x] of pagedSetups.entries()) {
     const gpuMs = median(await benchmarkPaged(q, x.kc, x.vc, x.opts, 3, eventsReps));
-    pagedRows.push([x.page, median(perCall[3 + n]), gpuMs]);
+    pagedRows.push([x.page, perCall[3 + n], gpuMs]);
     [x.kc, x.vc, x.pt, x.sk].forEach((t) => t.dispose());
   }
   const tf = (f: number, ms: number) => f / ms / 1e9;
