@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -282,6 +283,21 @@ inline void decode_trace_report(cudaStream_t stream, void* trace, int slot, int 
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
   };
+  // FA_DEC_TRACE_DUMP=path: every reported launch's blocks appended to path, one line each: the
+  // launch's number, the block's linear index, its SM, its tile count and the seven marks in us
+  // from the launch's first entry (0: not reached).
+  if (const char* dump = std::getenv("FA_DEC_TRACE_DUMP")) {
+    static int reported = 0;
+    ++reported;
+    if (FILE* fp = std::fopen(dump, "a")) {
+      for (int i = 0; i < n; ++i) {
+        fprintf(fp, "%d %d %u %u", reported, i, unsigned(c[i][7] & 0xffffffffu), unsigned(c[i][7] >> 32));
+        for (int k = 0; k < 7; ++k) fprintf(fp, " %.3f", c[i][k] ? (double(c[i][k]) - double(t0)) / 1000.0 : -1.0);
+        fputc('\n', fp);
+      }
+      std::fclose(fp);
+    }
+  }
   const double bytes = tiles * 16 * head_dim * 2 * 2;
   const double span = (double(tend) - double(t0)) / 1000.0;
   const double data = q(f[3], 1.0) - q(f[2], 0.5);
