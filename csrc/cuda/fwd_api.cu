@@ -459,6 +459,10 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     d.blocks_per_sm = int64_t(units) * splits > sm_count() ? per_sm : 1;
     static const int stages_forced = env_int("FA_DECODE_STAGES", 0);
     d.stages = stages_forced >= 2 ? std::min(stages_forced, 8) : 0;
+    static const int stage_combine = env_int("FA_DECODE_STAGED", 1) != 0 ? 1 : 0;  // comparisons
+    d.stage_combine = stage_combine;
+    static const int pt_prefetch = env_int("FA_DECODE_PT_PREFETCH", 1) != 0 ? 1 : 0;  // comparisons
+    d.pt_prefetch = pt_prefetch;
     static const int rescale_always = env_is("FA_DECODE_RESCALE", "always") ? 1 : 0;
     d.rescale_always = rescale_always;
     static const bool early_off = env_int("FA_DECODE_EARLY", 1) == 0;  // comparisons

@@ -131,6 +131,10 @@ struct DecodeArgs {
   // this one on the stream is known not to write the caches: the caller's check, fa_fwd_params).
   int early_kv;
   int trace_slot;      // FA_TRACE builds: which of the two trace buffers this launch writes (fwd_decode.cuh)
+  // (last, so that the other fields keep their parameter offsets: the loaders that do not read these
+  // compile as before)
+  int stage_combine;   // tensor-map loader: the split combine stages the partials by bulk copies (FA_DECODE_STAGED=0: off)
+  int pt_prefetch;     // tensor-map loader: page-table rows read 32 tiles ahead into registers (FA_DECODE_PT_PREFETCH=0: off)
 };
 template <typename T, int kHeadDim>
 fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);

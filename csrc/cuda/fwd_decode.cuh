@@ -96,9 +96,19 @@ struct DecodeTraits {
 // over the splits for the weights: B 1 x 16k 24.4 -> 22.9 us (2.74 -> 2.93 TB/s), B 1 x 64k 73.5
 // -> 71.8, B 16 x 4k 70.7 -> 70.1, page 1 B 1 x 16k 27.4 -> 26.2. (Twelfth session: staging the
 // partials in shared memory with cp.async measured no faster.)
-template <class Tr, int kPre>
+// `staged` (the tensor-map loader, where every split's partial rows fit in the ring's shared memory past
+// the merge area: `staged` in fwd_decode_kernel): each block also keeps its own merged rows there, and the last
+// block stages the other splits' rows with one bulk copy per (split, token), all in flight at once,
+// instead of each thread reading its item's splits in groups of eight (B 1 x 16k at 32 splits: four
+// dependent L2 round trips after the count-in, twelfth and twenty-fifth sessions' traces); the
+// weights are worked out while the copies land.
+template <class Tr>
+__device__ __forceinline__ int decode_stage_off() {
+  return (Tr::kCombineBytes + 127) / 128 * 128;
+}
+template <class Tr, int kPre, bool kStaged>
 __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo& seq, int hk, int b, int rows, int tid,
-                                              unsigned char* smem) {
+                                              unsigned char* smem, bool staged, int split) {
   using T = typename Tr::T;
   constexpr int W = Tr::kHeadDim;
   const FwdArgs& a = d.f;
@@ -145,8 +155,35 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
     return d.partial_o + (prow * a.heads + hk * group + r % group) * W + c;
   };
+  // Staged: split sp's rows at decode_stage_off + (sp * rows + r) * W floats (this block's own
+  // written there by its merge), their mbarrier next to the flag. The partial rows of one token are
+  // the group's heads side by side (group * W floats), so a (split, token) is one copy. The other
+  // splits' rows were released by their count-in and acquired by ours (then the barrier): the
+  // copying lanes order that view before their async-proxy reads with a proxy fence.
+  const int st_off = decode_stage_off<Tr>();
+  const uint32_t st_base = smem_u32(smem) + st_off;
+  const uint32_t st_bar = smem_u32(smem) + 4096 + 8;
+  if (kStaged && staged) {
+    const int nq = rows / group;
+    const uint32_t seg = static_cast<uint32_t>(group * W * 4);
+    if (tid == 0) {
+      mbar_init(st_bar, 1);
+      mbar_fence_init();
+      mbar_arrive_expect_tx(st_bar, static_cast<uint32_t>((ns - 1) * nq) * seg);
+    }
+    __syncthreads();  // the barrier initialised and its bytes expected before any copy completes
+    if (warp == 0) {
+      fence_proxy_async_global();
+      for (int k = lane; k < (ns - 1) * nq; k += 32) {
+        const int sp = k / nq + (k / nq >= split), i = k % nq;  // every split but this block's own
+        const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
+        bulk_g2s(st_base + static_cast<uint32_t>((sp * rows + i * group) * W * 4),
+                 d.partial_o + ((sp * P + prow) * a.heads + hk * group) * W, seg, st_bar);
+      }
+    }
+  }
   int r0 = 0, c0 = 0;
-  const bool has0 = tid < rows * kGroups;
+  const bool has0 = !(kStaged && staged) && tid < rows * kGroups;
   const float* po0 = has0 ? item_ptr(tid, &r0, &c0) : nullptr;
   float4 pre[kPre];
 #pragma unroll
@@ -181,6 +218,28 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     }
   }
   __syncthreads();
+  if (kStaged && staged) {
+    mbar_wait(st_bar, 0);
+    for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
+      const int r = idx / kGroups, c = (idx % kGroups) * 4;
+      if (c >= a.head_dim) continue;
+      const float* w = wt + r * ns;
+      const float* x0 = reinterpret_cast<const float*>(smem + st_off) + r * W + c;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int sp = 0; sp < ns; ++sp) {
+        const float4 x = *reinterpret_cast<const float4*>(x0 + sp * rows * W);
+        const float f = w[sp];
+        acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+      }
+      const int i = r / group, h = hk * group + r % group;
+      char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
+      uint2 v;
+      v.x = pack2<T>(acc.x, acc.y);
+      v.y = pack2<T>(acc.z, acc.w);
+      *reinterpret_cast<uint2*>(dst) = v;
+    }
+    return;
+  }
   for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
     int r = 0, c = 0;
     const float* po = item_ptr(idx, &r, &c);
@@ -431,6 +490,19 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   }
   TileRows next;
   int ri_next = 0;
+  // Tensor-map loader with d.pt_prefetch: the first cache rows of this warp's tiles pb .. pb + 63,
+  // one per lane (pt_cur: tiles pb + lane, pt_nxt: pb + 32 + lane), read 32 tiles before their use;
+  // a tile's row is then a shuffle instead of a page-table load one iteration ahead (an L1 miss
+  // every eight tiles, on the warp's chain to its next copy while the memory system is saturated).
+  int pt_cur = 0, pt_nxt = 0, pt_base = 0;
+  auto pt_row = [&](int j) {
+    if (j - pt_base >= 32) {
+      pt_base += 32;
+      pt_cur = pt_nxt;
+      pt_nxt = pt_base + 32 + lane < my_count ? tma_row(my_first + 4 * (pt_base + 32 + lane)) : 0;
+    }
+    return __shfl_sync(0xffffffffu, pt_cur, j - pt_base);
+  };
   if constexpr (kUseBulk) {
     // The page lookups of the first ns tiles happen before the wait (registers: ns <= 8), the
     // copies after it: the chain lengths -> page table -> first tiles no longer starts only when
@@ -439,6 +511,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
 #pragma unroll
     for (int j = 0; j < 8; ++j)
       ri0[j] = j < ns && j < my_count ? (kTma ? tma_row(my_first + 4 * j) : bulk_row(my_first + 4 * j)) : 0;
+    if constexpr (kTma) {
+      if (d.pt_prefetch) {
+        pt_cur = lane < my_count ? tma_row(my_first + 4 * lane) : 0;
+        pt_nxt = 32 + lane < my_count ? tma_row(my_first + 4 * (32 + lane)) : 0;
+      }
+    }
     if constexpr (kTma) {
       if (lane == 0) {
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&d.tmap_k)) : "memory");
@@ -507,7 +585,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       if constexpr (kTma) {
         const int jn = j + ns - 1;
         if (jn < my_count) tma_tile(ri_next, sf);
-        if (jn + 1 < my_count) ri_next = tma_row(my_first + 4 * (jn + 1));  // used next iteration
+        if (jn + 1 < my_count) ri_next = d.pt_prefetch ? pt_row(jn + 1) : tma_row(my_first + 4 * (jn + 1));  // used next iteration
       } else if constexpr (kUseBulk) {
         const int jn = j + ns - 1;
         if (jn < my_count) bulk_tile(ri_next, sf);
@@ -600,6 +678,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   __syncthreads();  // every warp is done with its ring: the shared memory now holds the merge
   FA_DEC_MARK(4, dec_now());
 
+  // The staged split combine (split_combine): the ring's bytes past the merge area, free now.
+  const bool staged = kTma && d.stage_combine && d.num_splits > 1 &&
+                      d.num_splits * rows * W * 4 <= Tr::bulk_bar_offset(ns, kTma) - decode_stage_off<Tr>();
   // Merge the four warps: warp w stores its raw row max, row sum and unnormalised O.
   float* const cm = reinterpret_cast<float*>(smem);           // [warps][16] max
   float* const cl = cm + Tr::kWarps * kDecodeRows;            // [warps][16] sum
@@ -660,6 +741,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
       float* po = d.partial_o + ((split * P + prow) * a.heads + h) * W + c;
       *reinterpret_cast<float4*>(po) = acc;
+      if (staged) *reinterpret_cast<float4*>(smem + decode_stage_off<Tr>() + ((split * rows + r) * W + c) * 4) = acc;
       if (c == 0) d.partial_lse[(split * a.heads + h) * P + prow] = lse;
     }
   }
@@ -671,7 +753,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     FA_DEC_MARK(7, (static_cast<unsigned long long>(max(t_end - t_begin, 0)) << 32) | smid);
   }
 #endif
-  if (d.num_splits > 1) split_combine<Tr, kLoader == kDecodeTmaTiles ? 8 : Tr::kHeadDim <= 64 ? 16 : kDecodeMaxSplits>(d, seq, hk, b, rows, tid, smem);
+  if (d.num_splits > 1)
+    split_combine<Tr, kLoader == kDecodeTmaTiles ? 8 : Tr::kHeadDim <= 64 ? 16 : kDecodeMaxSplits, kTma>(d, seq, hk, b, rows, tid, smem,
+                                                                                                           staged, split);
   FA_DEC_MARK(6, dec_now());
   }
 }

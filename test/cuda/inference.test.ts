@@ -42,6 +42,11 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 4, before: [3000], fresh: [2], pageSize: 64, H: 8, Hkv: 8, D: 256, dtype: 'bfloat16', softcap: 30, scale: 0.5, numSplits: 9 },
     { seed: 5, before: [2500, 2600], fresh: [1, 1], pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'float16', rotary: { dim: 128, interleaved: false }, deviceIndex: true },
     { seed: 6, before: [1500], fresh: [300], nq: [300], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float32', causal: true },
+    // 16 packed rows x 32 splits: more partial rows than the ring's shared memory holds, so the
+    // split combine reads them from L2 instead of staging them (fwd_decode.cuh, split_combine);
+    // beside it, 4 rows x 32 splits staged, with a sequence shorter than its split count.
+    { seed: 7, before: [7000, 300], fresh: [1, 1], pageSize: 16, H: 32, Hkv: 2, D: 128, dtype: 'float16', numSplits: 32 },
+    { seed: 8, before: [9000, 40], fresh: [1, 1], pageSize: 32, H: 16, Hkv: 4, D: 128, dtype: 'bfloat16', numSplits: 32, causal: true },
   ];
   for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Prefill chunks of several query tiles and key blocks on the warp-specialised kernel (page sizes
