@@ -218,6 +218,18 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     }
   }
   __syncthreads();
+  // acc += f * x, and the merged item (row r, columns c..c+3) stored to the output.
+  auto axpy = [](float4& acc, float f, const float4& x) {
+    acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+  };
+  auto store_item = [&](int r, int c, const float4& acc) {
+    const int i = r / group, h = hk * group + r % group;
+    char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
+    uint2 v;
+    v.x = pack2<T>(acc.x, acc.y);
+    v.y = pack2<T>(acc.z, acc.w);
+    *reinterpret_cast<uint2*>(dst) = v;
+  };
   if (kStaged && staged) {
     mbar_wait(st_bar, 0);
     for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
@@ -228,15 +240,9 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       for (int sp = 0; sp < ns; ++sp) {
         const float4 x = *reinterpret_cast<const float4*>(x0 + sp * rows * W);
-        const float f = w[sp];
-        acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+        axpy(acc, w[sp], x);
       }
-      const int i = r / group, h = hk * group + r % group;
-      char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
-      uint2 v;
-      v.x = pack2<T>(acc.x, acc.y);
-      v.y = pack2<T>(acc.z, acc.w);
-      *reinterpret_cast<uint2*>(dst) = v;
+      store_item(r, c, acc);
     }
     return;
   }
@@ -250,25 +256,16 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     if (idx == tid) {  // the first item: its first kPre splits are in pre[]
 #pragma unroll
       for (int k = 0; k < kPre; ++k) {
-        if (k < ns) {
-          const float f = w[k];
-          acc.x = fmaf(f, pre[k].x, acc.x), acc.y = fmaf(f, pre[k].y, acc.y), acc.z = fmaf(f, pre[k].z, acc.z), acc.w = fmaf(f, pre[k].w, acc.w);
-        }
+        if (k < ns) axpy(acc, w[k], pre[k]);
       }
       sp = kPre;
     }
 #pragma unroll 8
     for (; sp < ns; ++sp) {
       const float4 x = __ldcg(reinterpret_cast<const float4*>(po + sp * split_stride));
-      const float f = w[sp];
-      acc.x = fmaf(f, x.x, acc.x), acc.y = fmaf(f, x.y, acc.y), acc.z = fmaf(f, x.z, acc.z), acc.w = fmaf(f, x.w, acc.w);
+      axpy(acc, w[sp], x);
     }
-    const int i = r / group, h = hk * group + r % group;
-    char* dst = static_cast<char*>(a.o) + 2 * ((seq.q_row0 + i) * a.o_row + h * a.o_head + c);
-    uint2 v;
-    v.x = pack2<T>(acc.x, acc.y);
-    v.y = pack2<T>(acc.z, acc.w);
-    *reinterpret_cast<uint2*>(dst) = v;
+    store_item(r, c, acc);
   }
 }
 
