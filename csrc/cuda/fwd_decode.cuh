@@ -487,8 +487,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   }
   TileRows next;
   int ri_next = 0;
-  // Tensor-map loader with d.pt_prefetch: the first cache rows of this warp's tiles pb .. pb + 63,
-  // one per lane (pt_cur: tiles pb + lane, pt_nxt: pb + 32 + lane), read 32 tiles before their use;
+  // Tensor-map loader with d.pt_prefetch: the first cache rows of this warp's tiles pt_base .. pt_base + 63,
+  // one per lane (pt_cur: tiles pt_base + lane, pt_nxt: pt_base + 32 + lane), read 32 tiles before their use;
   // a tile's row is then a shuffle instead of a page-table load one iteration ahead (an L1 miss
   // every eight tiles, on the warp's chain to its next copy while the memory system is saturated).
   int pt_cur = 0, pt_nxt = 0, pt_base = 0;

@@ -285,7 +285,7 @@ inline void decode_trace_report(cudaStream_t stream, void* trace, int slot, int 
   };
   // FA_DEC_TRACE_DUMP=path: every reported launch's blocks appended to path, one line each: the
   // launch's number, the block's linear index, its SM, its tile count and the seven marks in us
-  // from the launch's first entry (0: not reached).
+  // from the launch's first entry (-1: not reached).
   if (const char* dump = std::getenv("FA_DEC_TRACE_DUMP")) {
     static int reported = 0;
     ++reported;
