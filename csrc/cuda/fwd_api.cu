@@ -93,32 +93,32 @@ bool encode_dense_maps(const FwdArgs& a, int bn, int block_m, FwdTmaArgs* ta) {
          encode_rows_map(a.v, a.head_dim, nk, a.heads_k, nb, a.v_row, a.v_head, a.v_batch, bn, &ta->tv);
 }
 
-bool encode_cache_map(const void* base, uint64_t rows, int64_t row, int64_t head, int width, int heads_k, int box_rows,
-                      CUtensorMap* m);
-
 // A paged call's maps: Q as a packed call's, K and V over the cache's rows (page * page size +
-// slot, {head dim, rows, kv heads, 1}) in boxes of ta->box_rows rows, a divisor of the page size and
-// of the key block (so that a box never crosses a page). False when the page size is not a multiple
-// of 8 (a box of the 128-byte swizzle starts on a whole 8-row atom), the cache has 2^31 rows or
-// more (coordinates are int32), or a map cannot be made: the cp.async kernel runs instead.
-// Pages of 16 rows (box_rows 16) with the head dim filling the tile width: V in one box per page
-// holding every column block (the decode kernel's map, encode_cache_map), half of V's copies at
-// W 128 (ta->v_rows = 16; the consumers read V's stage in that layout); else a box per page and column
-// block like K (v_rows = the key block).
+// slot) in boxes of ta->box_rows rows, a divisor of the page size and of the key block (so that a
+// box never crosses a page). False when the page size is not a multiple of 8 (a box of the 128-byte
+// swizzle starts on a whole 8-row atom), the cache has 2^31 rows or more (coordinates are int32), or
+// a map cannot be made: the cp.async kernel runs instead.
+// Where the head dim fills a tile of two or more column blocks (W 128 / 256), K and V come in one box
+// per page holding every column block (encode_grouped_map; ta->kv_rows = 8, the consumers read both
+// stages in that layout): at page 16, W 128, 8 copies of K per key block instead of 16. Else (W 64,
+// or a head dim below the width, whose columns past it must come in as zeros) a box per page and
+// column block, as {head dim, rows, kv heads, 1} (kv_rows = the key block).
 bool encode_paged_maps(const FwdArgs& a, int width, int block_m, FwdTmaArgs* ta) {
   const int bn = sm90_ws_block_n(width);
   const int64_t rows = int64_t(a.num_pages) * a.page_size;
   if (a.page_size % 8 != 0 || rows == 0 || rows >= int64_t(INT32_MAX)) return false;
   ta->box_rows = std::gcd(a.page_size, bn);
-  static const bool v_pages = env_flag("FA_WS_PAGED_V_BOXES", 1) != 0;  // 0: a box per column block (comparisons)
-  ta->v_rows = v_pages && ta->box_rows == 16 && a.head_dim == width && width >= 128 ? 16 : bn;
-  if (!encode_rows_map(a.q, a.head_dim, a.total_q, a.heads, 1, a.q_row, a.q_head, 0, block_m, &ta->tq) ||
-      !encode_rows_map(a.k, a.head_dim, int(rows), a.heads_k, 1, a.k_row, a.k_head, 0, ta->box_rows, &ta->tk))
-    return false;
-  if (ta->v_rows == 16 && encode_cache_map(a.v, uint64_t(rows), a.v_row, a.v_head, width, a.heads_k, 16, &ta->tv))
+  if (!encode_rows_map(a.q, a.head_dim, a.total_q, a.heads, 1, a.q_row, a.q_head, 0, block_m, &ta->tq)) return false;
+  static const bool grouped = env_flag("FA_WS_PAGED_GROUPS", 1) != 0;  // 0: a box per column block (comparisons)
+  if (grouped && a.head_dim == width && width >= 128 &&
+      encode_grouped_map(a.k, uint64_t(rows), a.k_row, a.k_head, width, a.heads_k, ta->box_rows, &ta->tk) &&
+      encode_grouped_map(a.v, uint64_t(rows), a.v_row, a.v_head, width, a.heads_k, ta->box_rows, &ta->tv)) {
+    ta->kv_rows = 8;
     return true;
-  ta->v_rows = bn;
-  return encode_rows_map(a.v, a.head_dim, int(rows), a.heads_k, 1, a.v_row, a.v_head, 0, ta->box_rows, &ta->tv);
+  }
+  ta->kv_rows = bn;
+  return encode_rows_map(a.k, a.head_dim, int(rows), a.heads_k, 1, a.k_row, a.k_head, 0, ta->box_rows, &ta->tk) &&
+         encode_rows_map(a.v, a.head_dim, int(rows), a.heads_k, 1, a.v_row, a.v_head, 0, ta->box_rows, &ta->tv);
 }
 
 // FA_FWD_SM90=cpasync keeps dense, packed and paged calls on the cp.async wgmma kernel (comparisons).
@@ -191,7 +191,7 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.ctas = persistent ? sm_count() : 0;
       ta.tile_counter = nullptr;
       ta.box_rows = 0;
-      ta.v_rows = 0;
+      ta.kv_rows = 0;
 #if FA_WS_LPT
       // Sections of (batch, head) pairs whose K and V fit in L2 (lpt.cuh), causal dense calls
       // without a left window bound only (a packed call's idle-tile skip needs each pair's row

@@ -71,10 +71,10 @@ struct FwdTmaArgs {
   int ctas;            // persistent grid: blocks launched (0: one per tile)
   int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches
   int box_rows;        // paged K/V: rows of a K / V box (divides the page size and the key block)
-  int v_rows;          // paged: V's stage layout, [key block / v_rows][column block][v_rows][64]: v_rows =
-                       // the key block (the dense layout; a box per page and column block) or 16 (a box
-                       // per page of 16 rows holding every column block: tv is then rank 4 {64, rows,
-                       // column blocks, kv heads})
+  int kv_rows;         // paged: K's and V's stage layout, [key block / kv_rows][column block][kv_rows][64]:
+                       // kv_rows = the key block (the dense layout; a box per page and column block) or
+                       // 8 (every column block of 8 rows after another, a box per page holding all of
+                       // them: tk and tv are then rank 5 {64, 8, column blocks, rows / 8, kv heads})
 #if FA_WS_LPT
   int lpt_groups;      // FA_WS_LPT builds: causal dense tiles in sections of this many (batch, head)
                        // pairs, the longest row blocks of the whole section first (0: block_coord_of's order)

@@ -29,9 +29,10 @@
 // r (its page looked up one block ahead). A box past the sequence's end starts outside the map
 // (zeros). The box holding the sequence's end brings in whatever its page holds past the end: the
 // mask gives those keys weight 0, and the consumers zero those V rows before the first P V of the
-// tile (0 * NaN is NaN). With boxes of 16 rows and the head dim filling the tile (ta.v_rows = 16),
-// V comes in one box per page holding every column block (half the copies at W 128), and its stage
-// is read in that layout, [page][column block][16][128 bytes].
+// tile (0 * NaN is NaN). Where the head dim fills a tile of two or more column blocks (ta.kv_rows =
+// 8), K and V come in one box per page holding every column block (a quarter of K's copies at W 256,
+// half at W 128), and both stages are read in that layout, [8-row group][column block][8][128 bytes]:
+// S = Q K^T walks the keys in 8-row groups at one stride (column blocks x 1 KiB), P V the same.
 // Paged calls issue the next block's K before this block's V (the producer loop says why).
 #pragma once
 #include "cuda/fwd_common.cuh"
@@ -358,22 +359,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
                      ? pg * a.page_size + (t0 - a.page_div.div(t0) * a.page_size)
                      : -box;  // outside the map: zeros
         };
-        // (paged V with ta.v_rows = 16: one box per page of 16 rows holding every column block, at
-        // [page][column block][16][128 bytes]; the consumers read V in that layout)
-        auto load_kv = [&](const CUtensorMap* map, uint32_t dst, uint32_t full, int n, int pg, bool page_boxes) {
+        // (paged with ta.kv_rows = 8: one box per page holding every column block, at [8-row
+        // group][column block][8][128 bytes], coordinates {0, 0, 0, row / 8, kv head})
+        auto load_kv = [&](const CUtensorMap* map, uint32_t dst, uint32_t full, int n, int pg) {
           if constexpr (kPaged) {
             const int krow = box_row(n, pg);
             __syncwarp();  // the lead's expect-tx before any copy completes on the barrier
             if (lane < n_box) {
-              if (page_boxes) {
-                tma_load_4d(dst + lane * kCB * 16 * 128, map, 0, krow, 0, hk, full);
+              if (kCB > 1 && ta.kv_rows == 8) {
+                tma_load_5d(dst + lane * box * kCB * 128, map, 0, 0, 0, krow / 8, hk, full);
               } else {
 #pragma unroll
                 for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128 + lane * box * 128, map, cb * 64, krow, hk, 0, full);
               }
             }
           } else {
-            (void)page_boxes;
             (void)pg;
 #pragma unroll
             for (int cb = 0; cb < kCB; ++cb) tma_load_4d(dst + cb * BN * 128, map, cb * 64, k_row0 + n * BN, hk, bm, full);
@@ -385,13 +385,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           const int s = cc % S;
           if (cc >= S) mbar_wait(bar_ke + 8 * s, ((cc / S) - 1) & 1);
           if (lead) mbar_arrive_expect_tx(bar_kf + 8 * s, kTileKV);
-          load_kv(&ta.tk, sK + s * kTileKV, bar_kf + 8 * s, n, pg, false);
+          load_kv(&ta.tk, sK + s * kTileKV, bar_kf + 8 * s, n, pg);
         };
         auto load_v = [&](int n, int cc, int pg) {
           const int s = cc % S;
           if (cc >= S) mbar_wait(bar_ve + 8 * s, ((cc / S) - 1) & 1);
           if (lead) mbar_arrive_expect_tx(bar_vf + 8 * s, kTileKV);
-          load_kv(&ta.tv, sV + s * kTileKV, bar_vf + 8 * s, n, pg, kPaged && ta.v_rows == 16);
+          load_kv(&ta.tv, sV + s * kTileKV, bar_vf + 8 * s, n, pg);
         };
         // Paged: the pages of this lane's boxes of the block whose V is loaded next (pg_cur) and of
         // the block after it (pg_next), each read a loop step before its copies.
@@ -458,13 +458,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   const int g = lane >> 2, t = lane & 3;
   const int wrow0 = cw * 64 + (warp & 3) * 16;
   const sm90::SmemDesc dQ = sm90::smem_desc_w(sQ + cw * 64 * 128, 16, 1024);
-  const sm90::SmemDesc dK = sm90::smem_desc_w(sK, 16, 1024);
-  // V's stage: [key block / vrows][column block][vrows][128 bytes] (vrows = BN: the column blocks
-  // whole; paged with ta.v_rows = 16: a page of 16 keys after another). The leading byte offset is
-  // the column-block stride; a k16 step of P V moves vstep bytes.
-  const int vrows = kPaged ? ta.v_rows : BN;
-  const sm90::SmemDesc dV = sm90::smem_desc_w(sV, vrows * 128, 1024);
-  const uint32_t vstep16 = (kPaged && vrows == 16 ? kCB * 2048 : 2048) >> 4;  // descriptor units
+  // K's and V's stages: [key block / kv_rows][column block][kv_rows][128 bytes] (kv_rows = BN: the
+  // column blocks whole; paged with ta.kv_rows = 8: the column blocks of 8 keys, then of the next 8).
+  // The stride of 8-key groups is the descriptors' stride byte offset (K: along S's N; V: along P V's
+  // k) and the column-block stride V's leading byte offset and K's k-step past 64 columns; a k16
+  // step of P V moves two groups.
+  const bool grouped = kPaged && kCB > 1 && ta.kv_rows == 8;
+  const uint32_t group_stride = grouped ? kCB * 1024 : 1024;
+  const sm90::SmemDesc dK = sm90::smem_desc_w(sK, 16, group_stride);
+  const int krows = grouped ? 8 : BN;  // kstep's rows of a column block
+  const sm90::SmemDesc dV = sm90::smem_desc_w(sV, grouped ? 1024 : BN * 128, group_stride);
+  const uint32_t vstep16 = (2 * group_stride) >> 4;  // descriptor units
   constexpr uint32_t kStageDesc = kTileKV >> 4;
   const float sl2 = a.scale_log2;
   const bool pp = ta.pingpong != 0;
@@ -520,9 +524,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         if constexpr (Tr::kQReg)
-          sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+          sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
         else
-          sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+          sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
       }
       sm90::wgmma_commit();
     };
@@ -533,9 +537,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           if constexpr (Tr::kQReg)
-            sm90::Wgmma<T, BN / 2>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+            sm90::Wgmma<T, BN / 2>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
           else
-            sm90::Wgmma<T, BN / 2>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, BN), ks > 0);
+            sm90::Wgmma<T, BN / 2>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
         }
         sm90::wgmma_commit();
       }
@@ -592,11 +596,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     }
     auto zero_tail = [&](int stage) {
       if (kPaged && tail1 > tail0) {
-        const int rows = tail1 - tail0;  // within one box, so within one vrows block
-        const uint32_t base = sV + stage * kTileKV + (tail0 / vrows) * (kCB * vrows * 128) + (tail0 % vrows) * 128;
+        const int rows = tail1 - tail0;
         for (int i = ctid; i < kCB * rows * 8; i += 128 * Tr::kConsumers) {
-          const int cb = i / (rows * 8), rem = i - cb * rows * 8;  // a whole 128-byte line: no swizzle to follow
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(base + cb * vrows * 128 + rem * 16), "r"(0u) : "memory");
+          // 16 bytes of row r, column block cb: a whole 128-byte line, no swizzle to follow
+          const int cb = i / (rows * 8), rem = i - cb * rows * 8, r = tail0 + rem / 8;
+          const uint32_t line = grouped ? (r / 8) * group_stride + cb * 1024 + (r % 8) * 128 : cb * BN * 128 + r * 128;
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + stage * kTileKV + line + (rem % 8) * 16), "r"(0u) : "memory");
         }
         sm90::fence_proxy_async_smem();  // the zeros, for the wgmma's reads
         sm90::named_bar_sync(13, 128 * Tr::kConsumers);

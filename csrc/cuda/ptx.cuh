@@ -226,6 +226,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int 
 #endif
 }
 
+// The same for a rank-5 map.
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const void* tmap, int c0, int c1, int c2, int c3, int c4,
+                                            uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+#endif
+}
+
 // Orders this thread's generic-proxy accesses of global memory with its async-proxy (bulk copy)
 // ones.
 __device__ __forceinline__ void fence_proxy_async_global() {

@@ -22,5 +22,14 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 bool encode_rows_map(const void* base, int head_dim, int rows, int heads, int batch, int64_t row, int64_t head,
                      int64_t batch_stride, int box_rows, CUtensorMap* map);
 
+// One paged cache (K or V; `rows` = pages x page size, element strides row and head) as a rank-5 map
+// {64 elements, 8 rows, width / 64 column blocks, rows / 8, kv heads} with boxes of {64, 8, width /
+// 64, box_rows / 8, 1} in the 128-byte swizzle: a box of box_rows rows lands as [8-row group][column
+// block][8][128 bytes], all column blocks of a group before the next group. The head dim must equal
+// the width (columns past it are not zero-filled: they are the next head's); rows and box_rows are
+// multiples of 8. Cached as encode_rows_map's maps; false as there.
+bool encode_grouped_map(const void* base, uint64_t rows, int64_t row, int64_t head, int width, int heads_k,
+                        int box_rows, CUtensorMap* map);
+
 }  // namespace cuda
 }  // namespace fa

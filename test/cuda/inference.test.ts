@@ -51,10 +51,12 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
   for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Prefill chunks of several query tiles and key blocks on the warp-specialised kernel (page sizes
   // that are multiples of 8: one K / V box per page or several per key block), sequence ends inside
-  // a box (the NaN rows past the end of the last page), decode sequences mixed in.
+  // a box (the NaN rows past the end of the last page), decode sequences mixed in. Head dims that
+  // fill their tile (128, 256: K and V in one box per page, every column block of 8 rows after
+  // another) and that do not (40, 96, 200: a box per page and column block, zeros past the head dim).
   const cost = (c: PagedCase) => c.H * c.D * c.before.reduce((acc, x, b) => acc + (c.nq ?? c.fresh)[b] * (x + c.fresh[b]), 0);
-  const prefill = pagedCases(8302, 600, { maxBefore: 700, maxFresh: 420, Ds: [40, 64, 128, 256], maxB: 4, gpu: true, pageSizes: [8, 16, 24, 32, 48, 128, 256, 512] })
-    .filter((c) => c.dtype !== 'float32' && Math.max(...c.fresh) > 130 && cost(c) < 2e8).slice(0, 28);
+  const prefill = pagedCases(8303, 800, { maxBefore: 700, maxFresh: 420, Ds: [40, 64, 96, 128, 200, 256], maxB: 4, gpu: true, pageSizes: [8, 16, 24, 32, 48, 128, 256, 512] })
+    .filter((c) => c.dtype !== 'float32' && Math.max(...c.fresh) > 130 && cost(c) < 2e8).slice(0, 36);
   for (const c of prefill) it(`prefill: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Split-KV calls of different split counts queued together on the stream: the last block of each
   // (sequence, kv head) combines and resets its counter for the next call.
