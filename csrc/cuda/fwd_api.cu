@@ -444,11 +444,23 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
     // (the combine no longer a loop of dependent loads): B 1 x 16k 2.0 TB/s at 24-32 splits against
     // 1.91 at 14, B 1 x 64k 3.26 at 32 against 3.08 at 14; before it, short splits had lost to the
     // combine's cost and the count had fallen back to SMs for few long sequences.
-    const int per_sm = width <= 64 ? 3 : width <= 128 ? 2 : 1;
     const int units = a.batch * a.heads_k;
+    // Blocks of eight warps (the tensor-map loader at W 128) where the (sequence, kv head) groups
+    // alone nearly fill the SMs (90-100%) and four-warp blocks would split them in two: one block
+    // of eight warps per group and SM streams what two blocks of four did, with no split combine.
+    // H200, public API back to back (NOTES-inference.md, twenty-sixth session): B 16 x 4k 69.1 ->
+    // 67.8 us, B 16 x 16k 262.8 -> 261.3, B 16 x 64k 1022.9 -> 1021.3; where they would still split
+    // (B 1 x 16k: 16 splits of eight warps, 22.3 us, against 32 of four, 21.5) or run in waves (B
+    // 64: +2.5%), four. FA_DECODE_WARPS=4 | 8 fixes the choice where it can run (comparisons).
+    static const int warps_env = env_int("FA_DECODE_WARPS", 0);
+    const int sms = sm_count();
+    const bool can8 = loader == kDecodeTmaTiles && width == 128;
+    const bool fill8 = units <= sms && 10 * units >= 9 * sms && decode_splits(units, n_chunks, 2 * sms, sms) > 1;
+    d.warps = can8 && (warps_env == 8 || (warps_env != 4 && p->num_splits <= 0 && fill8)) ? 8 : 4;
+    const int per_sm = d.warps == 8 ? 1 : width <= 64 ? 3 : width <= 128 ? 2 : 1;
     int splits = p->num_splits;
     if (splits <= 0) {
-      splits = decode_splits(units, n_chunks, sm_count() * per_sm, sm_count());
+      splits = decode_splits(units, n_chunks, sms * per_sm, sms);
     }
     // The in-kernel merge (split_combine) takes at most kDecodeMaxSplits partials: more splits than
     // that never pay here anyway.

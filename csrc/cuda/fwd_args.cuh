@@ -135,6 +135,7 @@ struct DecodeArgs {
   // compile as before)
   int stage_combine;   // tensor-map loader: the split combine stages the partials by bulk copies (FA_DECODE_STAGED=0: off)
   int pt_prefetch;     // tensor-map loader: page-table rows read 32 tiles ahead into registers (FA_DECODE_PT_PREFETCH=0: off)
+  int warps;           // warps per block: 4, or 8 (the tensor-map loader at W 128; host side only)
 };
 template <typename T, int kHeadDim>
 fa_status run_fwd_decode(DecodeArgs args, cudaStream_t stream);

@@ -9,12 +9,13 @@
 // normalised partial O and lse, and the last split of a (sequence, kv head) to finish merges them
 // by their lse (split_combine below).
 //
-// Inside a block the 4 warps take turns over 16-key tiles (warp w: tiles w, w + 4, ...) with no
+// Inside a block the warps (4; 8 with the tensor-map loader at W 128 where the groups alone fill
+// the SMs, fwd_api.cu) take turns over 16-key tiles (warp w of n: tiles w, w + n, ...) with no
 // block barrier in the loop: each warp streams its own tiles through a ring in its own shared
 // memory (K and V rows of a tile fetched through the page table by one of three loaders), computes
 // S = Q K^T for its 16 rows x 16 keys, the online softmax, and O += P V in registers, with Q's A
-// fragments held in registers throughout. At the end the four warps' (max, sum, O) are merged
-// through shared memory.
+// fragments held in registers throughout. At the end the warps' (max, sum, O) are merged through
+// shared memory.
 //
 // Sequences with nq * group > kRows are left to the row-block kernels (fwd_kernel*.cuh with
 // paged K/V), which skip the sequences this kernel takes (FwdArgs::decode_rows).
@@ -51,11 +52,12 @@ __device__ __forceinline__ unsigned long long dec_now() {
   } while (0)
 #endif
 
-template <typename T_, int kHeadDim_>
+// kWarps_: 4, or 8 for the tensor-map loader at W 128 (DecodeArgs::warps; run_fwd_decode).
+template <typename T_, int kHeadDim_, int kWarps_ = 4>
 struct DecodeTraits {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTileKeys = 16;
   // Per-warp ring depth: 3 at W 128 keeps two blocks per SM (2 x 104 KiB); more gained nothing
@@ -436,7 +438,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   const int lo0 = win.lo(i_lo), hi0 = win.hi(i_lo), lo1 = win.lo(i_hi), hi1 = win.hi(i_hi);
 
   const int my_first = t_begin + warp;
-  const int my_count = my_first < t_end ? (t_end - my_first + 3) / 4 : 0;
+  constexpr int kNW = Tr::kWarps;
+  const int my_count = my_first < t_end ? (t_end - my_first + kNW - 1) / kNW : 0;
 
   // Bulk loader: stage s completes on bars + 8 s; its k-th fill is phase k (parity k & 1).
   const uint32_t bars = smem_u32(smem) + Tr::bulk_bar_offset(ns, kTma) + warp * ns * 8;
@@ -496,7 +499,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     if (j - pt_base >= 32) {
       pt_base += 32;
       pt_cur = pt_nxt;
-      pt_nxt = pt_base + 32 + lane < my_count ? tma_row(my_first + 4 * (pt_base + 32 + lane)) : 0;
+      pt_nxt = pt_base + 32 + lane < my_count ? tma_row(my_first + kNW * (pt_base + 32 + lane)) : 0;
     }
     return __shfl_sync(0xffffffffu, pt_cur, j - pt_base);
   };
@@ -507,11 +510,11 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     int ri0[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j)
-      ri0[j] = j < ns && j < my_count ? (kTma ? tma_row(my_first + 4 * j) : bulk_row(my_first + 4 * j)) : 0;
+      ri0[j] = j < ns && j < my_count ? (kTma ? tma_row(my_first + kNW * j) : bulk_row(my_first + kNW * j)) : 0;
     if constexpr (kTma) {
       if (d.pt_prefetch) {
-        pt_cur = lane < my_count ? tma_row(my_first + 4 * lane) : 0;
-        pt_nxt = 32 + lane < my_count ? tma_row(my_first + 4 * (32 + lane)) : 0;
+        pt_cur = lane < my_count ? tma_row(my_first + kNW * lane) : 0;
+        pt_nxt = 32 + lane < my_count ? tma_row(my_first + kNW * (32 + lane)) : 0;
       }
     }
     if constexpr (kTma) {
@@ -546,12 +549,12 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
 #pragma unroll
     for (int j = 0; j < kS - 1; ++j) {
       if (j < my_count) {
-        rows_of(my_first + 4 * j, next);
+        rows_of(my_first + kNW * j, next);
         load_tile(next, j);
       }
       cp_async_commit();
     }
-    if (kS - 1 < my_count) rows_of(my_first + 4 * (kS - 1), next);
+    if (kS - 1 < my_count) rows_of(my_first + kNW * (kS - 1), next);
   }
   // Q fragments, read after the wait (the previous kernel may have written them) while the first
   // tiles load.
@@ -582,19 +585,19 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       if constexpr (kTma) {
         const int jn = j + ns - 1;
         if (jn < my_count) tma_tile(ri_next, sf);
-        if (jn + 1 < my_count) ri_next = d.pt_prefetch ? pt_row(jn + 1) : tma_row(my_first + 4 * (jn + 1));  // used next iteration
+        if (jn + 1 < my_count) ri_next = d.pt_prefetch ? pt_row(jn + 1) : tma_row(my_first + kNW * (jn + 1));  // used next iteration
       } else if constexpr (kUseBulk) {
         const int jn = j + ns - 1;
         if (jn < my_count) bulk_tile(ri_next, sf);
-        if (jn + 1 < my_count) ri_next = bulk_row(my_first + 4 * (jn + 1));  // used next iteration
+        if (jn + 1 < my_count) ri_next = bulk_row(my_first + kNW * (jn + 1));  // used next iteration
       } else {
         const int jn = j + kS - 1;
         if (jn < my_count) load_tile(next, sf);
         cp_async_commit();
-        if (jn + 1 < my_count) rows_of(my_first + 4 * (jn + 1), next);  // used next iteration
+        if (jn + 1 < my_count) rows_of(my_first + kNW * (jn + 1), next);  // used next iteration
       }
     }
-    const int tile = my_first + 4 * j;
+    const int tile = my_first + kNW * j;
     const uint32_t sk = wbase + sc * kSB, sv = sk + (kTma ? Tr::kTmaTileBytes : Tr::kTileBytes);
     const int key0 = tile * 16;
     if constexpr (kTma) {

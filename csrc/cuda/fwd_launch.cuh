@@ -312,16 +312,20 @@ inline void decode_trace_report(cudaStream_t stream, void* trace, int slot, int 
 }
 #endif
 
-// The paged decode kernel: grid (heads_k, num_splits, batch).
+// The paged decode kernel: grid (heads_k, num_splits, batch), blocks of Tr::kWarps warps.
 // d.loader: kDecodeCpAsync, or one of the sm_90 loaders (the caller checks the device, the build and,
-// for the tensor maps, the page size and head dim, and encodes the maps).
-template <typename T, int W>
-fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
-  using Tr = DecodeTraits<T, W>;
+// for the tensor maps, the page size and head dim, and encodes the maps). kTmaOnly: the traits'
+// kernel exists for the tensor-map loader alone (8 warps).
+template <class Tr, bool kTmaOnly>
+fa_status run_decode_with(DecodeArgs d, cudaStream_t stream) {
+  constexpr int W = Tr::kHeadDim;
   static std::atomic<bool> smem_ready[3][kMaxDevices];
-  const auto kernel = d.loader == kDecodeTmaTiles   ? &fwd_decode_kernel<Tr, kDecodeTmaTiles>
-                      : d.loader == kDecodeBulkRows ? &fwd_decode_kernel<Tr, kDecodeBulkRows>
-                                                    : &fwd_decode_kernel<Tr, kDecodeCpAsync>;
+  using Kernel = void (*)(DecodeArgs);
+  Kernel kernel = &fwd_decode_kernel<Tr, kDecodeTmaTiles>;
+  if constexpr (!kTmaOnly) {
+    if (d.loader == kDecodeBulkRows) kernel = &fwd_decode_kernel<Tr, kDecodeBulkRows>;
+    if (d.loader == kDecodeCpAsync) kernel = &fwd_decode_kernel<Tr, kDecodeCpAsync>;
+  }
   if (d.f.batch == 0 || d.f.heads_k == 0) return FA_OK;
   if (d.num_splits > kDecodeMaxSplits)
     return fa::fail(FA_ERR_UNSUPPORTED, "CUDA paged decode: at most " + std::to_string(kDecodeMaxSplits) + " splits");
@@ -359,6 +363,15 @@ fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
     decode_trace_report(stream, trace, d.trace_slot, d.f.heads_k * d.num_splits * d.f.batch, W);
 #endif
   return FA_OK;
+}
+
+// d.warps == 8 (the tensor-map loader at W 128; fwd_api.cu chooses): blocks of eight warps.
+template <typename T, int W>
+fa_status run_fwd_decode(DecodeArgs d, cudaStream_t stream) {
+  if constexpr (W == 128) {
+    if (d.warps == 8 && d.loader == kDecodeTmaTiles) return run_decode_with<DecodeTraits<T, W, 8>, true>(d, stream);
+  }
+  return run_decode_with<DecodeTraits<T, W>, false>(d, stream);
 }
 
 }  // namespace cuda

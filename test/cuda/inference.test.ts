@@ -47,6 +47,13 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     // beside it, 4 rows x 32 splits staged, with a sequence shorter than its split count.
     { seed: 7, before: [7000, 300], fresh: [1, 1], pageSize: 16, H: 32, Hkv: 2, D: 128, dtype: 'float16', numSplits: 32 },
     { seed: 8, before: [9000, 40], fresh: [1, 1], pageSize: 32, H: 16, Hkv: 4, D: 128, dtype: 'bfloat16', numSplits: 32, causal: true },
+    // 16 sequences x 8 kv heads: on an H200 (132 SMs) the groups alone nearly fill the SMs, so the
+    // decode runs in blocks of eight warps, one split (fwd_api.cu); sequence ends inside a tile, a
+    // two-token sequence, a window and a softcap.
+    { seed: 9, before: Array.from({ length: 16 }, (_, i) => 250 + 97 * i), fresh: Array.from({ length: 16 }, (_, i) => (i === 5 ? 2 : 1)),
+      pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'bfloat16', causal: true },
+    { seed: 10, before: Array.from({ length: 16 }, (_, i) => 1200 - 61 * i), fresh: Array.from({ length: 16 }, () => 1),
+      pageSize: 32, H: 32, Hkv: 8, D: 128, dtype: 'float16', window: [700, 0], softcap: 30 },
   ];
   for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Prefill chunks of several query tiles and key blocks on the warp-specialised kernel (page sizes
