@@ -46,7 +46,8 @@ bool encode_cached(int rank, const void* base, const cuuint64_t* dims, const cuu
     CUtensorMap map;
     bool used;
   };
-  constexpr int kEntries = 32;
+  // 64: the K and V maps of a 32-layer model's paged caches (one per layer each) stay in.
+  constexpr int kEntries = 64;
   thread_local Entry recent[kEntries];
   thread_local int next_slot = 0;
   Key k{};
