@@ -66,7 +66,11 @@ struct DecodeTraits {
   static constexpr int kPitch = kHeadDim + 8;              // elements: odd 16-byte pitch, no conflicts
   static constexpr int kTileBytes = kTileKeys * kPitch * 2;  // one K or V tile
   static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
-  static constexpr int kCombineBytes = kWarps * (kDecodeRows * kHeadDim + 2 * kDecodeRows) * 4;
+  // The warps' merge (end of fwd_decode_kernel): per warp 16 rows of O at a pitch of W + 8 floats
+  // (a lane's float2 stores of rows g = 0..7 then fall in distinct banks; at a pitch of W they all
+  // hit the same two, four-way conflicts in each half-warp), then 16 row maxima and 16 row sums.
+  static constexpr int kCoPitch = kHeadDim + 8;
+  static constexpr int kCombineBytes = kWarps * (kDecodeRows * kCoPitch + 2 * kDecodeRows) * 4;
   static constexpr int kSmemBytes = kWarps * kWarpBytes > kCombineBytes ? kWarps * kWarpBytes : kCombineBytes;
   // The sm_90 loaders' rings hold `ns` stages per warp (chosen per launch), their mbarriers (one
   // per warp stage) after both the rings and the merge area. The tensor-map loader's tiles are
@@ -104,9 +108,12 @@ struct DecodeTraits {
 // instead of each thread reading its item's splits in groups of eight (B 1 x 16k at 32 splits: four
 // dependent L2 round trips after the count-in, twelfth and twenty-fifth sessions' traces); the
 // weights are worked out while the copies land.
+// The staged rows start past the merge area as the call uses it (the warps' maxima and sums, then
+// `rows` O rows per warp: fwd_decode_kernel's merge), and past the flag and mbarrier at 4096.
 template <class Tr>
-__device__ __forceinline__ int decode_stage_off() {
-  return (Tr::kCombineBytes + 127) / 128 * 128;
+__device__ __forceinline__ int decode_stage_off(int rows) {
+  const int used = (Tr::kWarps * 2 * kDecodeRows + Tr::kWarps * rows * Tr::kCoPitch) * 4;
+  return max((used + 127) / 128 * 128, 4096 + 128);
 }
 template <class Tr, int kPre, bool kStaged>
 __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo& seq, int hk, int b, int rows, int tid,
@@ -157,12 +164,12 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
     return d.partial_o + (prow * a.heads + hk * group + r % group) * W + c;
   };
-  // Staged: split sp's rows at decode_stage_off + (sp * rows + r) * W floats (this block's own
+  // Staged: split sp's rows at decode_stage_off(rows) + (sp * rows + r) * W floats (this block's own
   // written there by its merge), their mbarrier next to the flag. The partial rows of one token are
   // the group's heads side by side (group * W floats), so a (split, token) is one copy. The other
   // splits' rows were released by their count-in and acquired by ours (then the barrier): the
   // copying lanes order that view before their async-proxy reads with a proxy fence.
-  const int st_off = decode_stage_off<Tr>();
+  const int st_off = decode_stage_off<Tr>(rows);
   const uint32_t st_base = smem_u32(smem) + st_off;
   const uint32_t st_bar = smem_u32(smem) + 4096 + 8;
   if (kStaged && staged) {
@@ -679,34 +686,40 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   FA_DEC_MARK(4, dec_now());
 
   // The staged split combine (split_combine): the ring's bytes past the merge area, free now.
+  const int stage_off = decode_stage_off<Tr>(rows);
   const bool staged = kTma && d.stage_combine && d.num_splits > 1 &&
-                      d.num_splits * rows * W * 4 <= Tr::bulk_bar_offset(ns, kTma) - decode_stage_off<Tr>();
-  // Merge the four warps: warp w stores its raw row max, row sum and unnormalised O.
+                      d.num_splits * rows * W * 4 <= Tr::bulk_bar_offset(ns, kTma) - stage_off;
+  // Merge the warps: warp w stores its raw row max, row sum and unnormalised O (its rows in use,
+  // `rows` per warp at a pitch of kCoPitch floats).
   float* const cm = reinterpret_cast<float*>(smem);           // [warps][16] max
   float* const cl = cm + Tr::kWarps * kDecodeRows;            // [warps][16] sum
-  float* const co = cl + Tr::kWarps * kDecodeRows;            // [warps][16][W] O
+  float* const co = cl + Tr::kWarps * kDecodeRows;            // [warps][rows][kCoPitch] O
+  // Only the packed rows in use are stored (a GQA group of 4 with one query: 4 of the 16), and
+  // only those are read below.
+  constexpr int kCP = Tr::kCoPitch;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     float l = row_sum[0][hr];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int r = g + 8 * hr;
-    if (t == 0) {
-      cm[warp * kDecodeRows + r] = row_max[0][hr];
-      cl[warp * kDecodeRows + r] = l;
-    }
+    if (r < rows) {
+      if (t == 0) {
+        cm[warp * kDecodeRows + r] = row_max[0][hr];
+        cl[warp * kDecodeRows + r] = l;
+      }
 #pragma unroll
-    for (int dt = 0; dt < W / 8; ++dt)
-      *reinterpret_cast<float2*>(co + (warp * kDecodeRows + r) * W + dt * 8 + 2 * t) =
-          make_float2(o[dt][2 * hr], o[dt][2 * hr + 1]);
+      for (int dt = 0; dt < W / 8; ++dt)
+        *reinterpret_cast<float2*>(co + (warp * rows + r) * kCP + dt * 8 + 2 * t) =
+            make_float2(o[dt][2 * hr], o[dt][2 * hr + 1]);
+    }
   }
   __syncthreads();
 
   // Thread -> (row, 4 columns): W / 4 column groups per row, rows strided over the block.
   constexpr int kGroups = W / 4;
-  for (int idx = tid; idx < kDecodeRows * kGroups; idx += Tr::kThreads) {
+  for (int idx = tid; idx < rows * kGroups; idx += Tr::kThreads) {
     const int r = idx / kGroups, c = (idx % kGroups) * 4;
-    if (r >= rows) continue;
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Tr::kWarps; ++w) M = fmaxf(M, cm[w * kDecodeRows + r]);
@@ -718,7 +731,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       const float mw = cm[w * kDecodeRows + r];
       const float f = mw == -INFINITY ? 0.f : fast_exp2(__fmul_rn(mw, sl2) - m_sc);
       L = fmaf(cl[w * kDecodeRows + r], f, L);
-      const float4 x = *reinterpret_cast<const float4*>(co + (w * kDecodeRows + r) * W + c);
+      const float4 x = *reinterpret_cast<const float4*>(co + (w * rows + r) * kCP + c);
       acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
     }
     const bool seen = L > 0.f;
@@ -741,7 +754,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + i;
       float* po = d.partial_o + ((split * P + prow) * a.heads + h) * W + c;
       *reinterpret_cast<float4*>(po) = acc;
-      if (staged) *reinterpret_cast<float4*>(smem + decode_stage_off<Tr>() + ((split * rows + r) * W + c) * 4) = acc;
+      if (staged) *reinterpret_cast<float4*>(smem + stage_off + ((split * rows + r) * W + c) * 4) = acc;
       if (c == 0) d.partial_lse[(split * a.heads + h) * P + prow] = lse;
     }
   }
