@@ -140,6 +140,16 @@ function checkCuSeqlens(fn: string, name: string, idx: Index, total: number, tot
   return max;
 }
 
+/** The fewest rows of a non-empty sequence of checked prefix sums (0 when every one is empty). */
+function minNonEmpty(cu: Int32Array): number {
+  let min = 0;
+  for (let b = 1; b < cu.length; b++) {
+    const n = cu[b] - cu[b - 1];
+    if (n > 0 && (min === 0 || n < min)) min = n;
+  }
+  return min;
+}
+
 /** maxSeqlen option: required for device index arrays; when given with host arrays, >= the actual. */
 function checkMaxSeqlen(fn: string, name: string, v: unknown, actual: number | null): number {
   if (v === undefined) {
@@ -579,6 +589,10 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   P[F.max_pages] = pt.maxPages;
   P[F.num_pages] = c.numPages;
   P[F.num_splits] = numSplits;
+  // With host prefix sums the fewest queries of a non-empty sequence: where every sequence is a
+  // prefill chunk too long for the decode kernel, the CUDA backend then launches only the prefill
+  // kernel (0: unknown, device arrays).
+  P[F.min_seqlen_q] = cq.host ? minNonEmpty(cq.host) : 0;
   if (rot) fillRotary(P, rot);
   // One literal shape for every call (out / lse filled in by pagedAttention): a spread of it into
   // a new object cost pagedAttention ~5 us per call in V8.

@@ -45,7 +45,7 @@ export const native: RawBinding = loadAddon<RawBinding>();
 const FIELD_NAMES = ['device', 'batch', 'seqlen_q', 'seqlen_k', 'heads', 'heads_k', 'head_dim', 'dtype', 'causal',
   'bhsd', 'scale', 'softcap', 'has_window', 'window_left', 'window_right', 'block_m', 'block_n', 'threads',
   'deterministic', 'total_q', 'total_k', 'page_size', 'max_pages', 'num_pages', 'num_splits', 'rotary_dim',
-  'rotary_interleaved', 'rotary_max_position', 'merge_count', 'slot_count'] as const;
+  'rotary_interleaved', 'rotary_max_position', 'merge_count', 'slot_count', 'min_seqlen_q'] as const;
 const SLOT_NAMES = ['q', 'k', 'v', 'out', 'lse', 'dout', 'dq', 'dk', 'dv', 'softmax_d', 'cu_seqlens_q',
   'cu_seqlens_k', 'page_table', 'seqlens_k', 'rotary_cos', 'rotary_sin', 'k_cache', 'v_cache', 'cu_seqlens_new',
   'seqlens_before'] as const;

@@ -14,6 +14,7 @@
   X(batch)              /* B: batch size, or number of sequences (varlen / paged / appendKV) */     \
   X(seqlen_q)           /* Nq, or the largest sequence's query count */                             \
   X(seqlen_k)           /* Nk, or the largest sequence's key count */                               \
+  X(min_seqlen_q)       /* paged: the fewest queries of a non-empty sequence (0: unknown) */         \
   X(heads)              /* H */                                                                      \
   X(heads_k)            /* Hkv */                                                                    \
   X(head_dim)           /* D */                                                                      \

@@ -586,6 +586,7 @@ void FillForward(CudaCall& cc, IndexStaging& idx, int op, fa_fwd_params& p) {
     p.max_pages_per_seq = c.I(FA_F_max_pages);
     p.num_pages = c.I(FA_F_num_pages);
     p.num_splits = c.I(FA_F_num_splits);
+    p.min_seqlen_q = c.I(FA_F_min_seqlen_q);
     p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
     p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
   } else {

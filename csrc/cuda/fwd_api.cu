@@ -415,8 +415,12 @@ template <typename T>
 fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s) {
   // Decode kernel (fp16 / bf16): sequences with nq * group <= kDecodeRows; the row-block kernel the
   // others (it skips the decode kernel's sequences).
-  // A GQA group wider than the decode kernel's rows leaves it nothing to take.
-  const bool has_decode = !std::is_same<T, float>::value && a.group <= kDecodeRows;
+  // A GQA group wider than the decode kernel's rows leaves it nothing to take, and so does a call
+  // whose every non-empty sequence has more query rows than it packs (p->min_seqlen_q, known with
+  // host index arrays): a prefill call then launches the row-block kernel alone, which takes every
+  // sequence (decode_rows 0), instead of a decode launch whose blocks all return (~5 us a call).
+  const bool any_decode = p->min_seqlen_q <= 0 || int64_t(p->min_seqlen_q) * a.group <= kDecodeRows;
+  const bool has_decode = !std::is_same<T, float>::value && a.group <= kDecodeRows && any_decode;
   a.decode_rows = has_decode ? kDecodeRows : 0;
   const bool need_rows = !has_decode || int64_t(a.seqlen_q) * a.group > kDecodeRows;
   if (has_decode) {

@@ -85,6 +85,10 @@ typedef struct fa_fwd_params {
   // outputs do not overlap the caches). The decode kernel then requests its first K / V tiles while
   // the kernel before it finishes (programmatic dependent launch) instead of after. 0 = always safe.
   int decode_early_kv;
+  // Paged calls: the fewest queries of any non-empty sequence when the caller knows it (host index
+  // arrays), 0 when not (device index arrays). Where every sequence has more query rows than the
+  // CUDA decode kernel packs, that kernel is not launched (a prefill call then costs one launch).
+  int min_seqlen_q;
 } fa_fwd_params;
 
 typedef struct fa_bwd_params {

@@ -65,6 +65,18 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
   const prefill = pagedCases(8303, 800, { maxBefore: 700, maxFresh: 420, Ds: [40, 64, 96, 128, 200, 256], maxB: 4, gpu: true, pageSizes: [8, 16, 24, 32, 48, 128, 256, 512] })
     .filter((c) => c.dtype !== 'float32' && Math.max(...c.fresh) > 130 && cost(c) < 2e8).slice(0, 36);
   for (const c of prefill) it(`prefill: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+  // Host index arrays give the fewest queries of a non-empty sequence: where every such sequence
+  // packs more rows (queries x GQA group) than the decode kernel takes (16), the prefill kernel
+  // alone runs and takes them all; at 16 rows both kernels run. Empty sequences beside them; the
+  // same calls with device index arrays (both kernels launched, the decode one finding nothing).
+  const bounds: PagedCase[] = [
+    { seed: 30, before: [100, 0, 50], fresh: [3, 0, 5], pageSize: 16, H: 16, Hkv: 2, D: 128, dtype: 'float16', causal: true },
+    { seed: 30, before: [100, 0, 50], fresh: [3, 0, 5], pageSize: 16, H: 16, Hkv: 2, D: 128, dtype: 'float16', causal: true, deviceIndex: true },
+    { seed: 31, before: [100, 60, 7], fresh: [2, 9, 0], pageSize: 16, H: 16, Hkv: 2, D: 128, dtype: 'bfloat16' },
+    { seed: 32, before: [0, 33, 250], fresh: [0, 17, 40], pageSize: 8, H: 8, Hkv: 8, D: 96, dtype: 'float16', causal: true },
+    { seed: 33, before: [20, 500], fresh: [5, 1], nq: [5, 3], pageSize: 1, H: 12, Hkv: 3, D: 64, dtype: 'bfloat16', window: [64, 0] },
+  ];
+  for (const c of bounds) it(`decode / prefill bound: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Split-KV calls of different split counts queued together on the stream: the last block of each
   // (sequence, kv head) combines and resets its counter for the next call.
   it('split-KV calls queued together (split counters reset by each call)', () => Promise.all([3, 7, 32, 1, 12, 2].map((numSplits, i) =>
