@@ -418,7 +418,8 @@ fa_status run_paged(int width, FwdArgs a, const fa_fwd_params* p, cudaStream_t s
   // A GQA group wider than the decode kernel's rows leaves it nothing to take, and so does a call
   // whose every non-empty sequence has more query rows than it packs (p->min_seqlen_q, known with
   // host index arrays): a prefill call then launches the row-block kernel alone, which takes every
-  // sequence (decode_rows 0), instead of a decode launch whose blocks all return (~5 us a call).
+  // sequence (decode_rows 0), instead of also a decode launch whose blocks all return (and, where it
+  // would split, its workspace; back to back on the H200 no change in GPU time: NOTES-inference.md).
   const bool any_decode = p->min_seqlen_q <= 0 || int64_t(p->min_seqlen_q) * a.group <= kDecodeRows;
   const bool has_decode = !std::is_same<T, float>::value && a.group <= kDecodeRows && any_decode;
   a.decode_rows = has_decode ? kDecodeRows : 0;
