@@ -68,8 +68,11 @@ def ws_instances(dtype, w, paged):
     bn = 64 if w >= 192 else 128
     shapes = ([(2, bn), (3, bn)] if w == 64 else [(2, bn), (2, 176)] if w == 128 and paged == "false"
               else [(2, bn), (2, 80)] if w == 256 and paged == "false" else [(2, bn)])
-    return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}, {n}>(FwdTmaArgs, cudaStream_t);\n"
-                   for c, n in shapes)
+    # paged W 128 / 256: also the kernel of the grouped stage layout (one box per page; the head dim
+    # fills the tile), the last template argument
+    grouped = [""] + ([", true"] if paged == "true" and w >= 128 else [])
+    return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}, {n}{g}>(FwdTmaArgs, cudaStream_t);\n"
+                   for c, n in shapes for g in grouped)
 
 
 def files():

@@ -85,6 +85,19 @@ struct KeyWindow {
   __device__ __forceinline__ bool needs_mask(int k0, int n, int r0, int r1) const {
     return k0 + n > nk || k0 + n - 1 > r0 + shift + right || k0 < r1 + shift - left;
   }
+  // The key blocks of bn keys (block b: keys [b bn, b bn + bn)) in which no (row, key) of rows [r0, r1]
+  // is masked: *first <= b <= *last (none when *last < *first), i.e. needs_mask(b * bn, bn, r0, r1) is
+  // false exactly there. Once per tile, so that a key loop tests its block with two compares.
+  __device__ __forceinline__ void unmasked_blocks(int bn, int r0, int r1, int* first, int* last) const {
+    // b bn + bn <= min(nk, r0 + shift + right + 1) and b bn >= r1 + shift - left (64-bit: an
+    // unbounded side is 2^30)
+    const long long top = min(static_cast<long long>(nk), static_cast<long long>(r0) + shift + right + 1) - bn;
+    const long long bottom = static_cast<long long>(r1) + shift - left;
+    auto floor_div = [](long long x, long long d) { return x >= 0 ? x / d : -((-x + d - 1) / d); };
+    const long long f = -floor_div(-bottom, bn), l = floor_div(top, bn);  // ceil, floor
+    *first = static_cast<int>(max(f, -1ll));
+    *last = static_cast<int>(min(l, static_cast<long long>(kUnbounded)));
+  }
 };
 
 // Division by a run-time constant without a divide instruction (Granlund-Montgomery, as CUTLASS's

@@ -219,6 +219,9 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
         *st = long_keys ? run_fwd_sm90_ws<T, W, 2, kPaged, 176>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       } else if constexpr (W == 256 && !kPaged) {
         *st = keys80 ? run_fwd_sm90_ws<T, W, 2, kPaged, 80>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
+      } else if constexpr (kPaged && W >= 128) {
+        // the grouped stage layout (one box per page) or a box per page and column block
+        *st = ta.kv_rows == 8 ? run_fwd_sm90_ws<T, W, 2, true, BN, true>(ta, s) : run_fwd_sm90_ws<T, W, 2, true, BN, false>(ta, s);
       } else {
         *st = run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       }

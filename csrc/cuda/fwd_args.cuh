@@ -95,7 +95,8 @@ constexpr int sm90_ws_block_n(int width) { return width >= 192 ? 64 : 128; }
 // Defined in csrc/generated/fwd_sm90ws_<dtype>_hdim<W>.cu (W = 64, 128, 192, 256) and, for paged
 // K/V, fwd_sm90ws_paged_<dtype>_hdim<W>.cu (W = 64, 128, 256).
 // kBlockN: keys per K / V tile, sm90_ws_block_n(kHeadDim) or, dense or packed, 176 (W 128) / 80 (W 256).
-template <typename T, int kHeadDim, int kConsumers, bool kPaged, int kBlockN>
+// kGrouped: paged W 128 / 256 with K and V in the grouped stage layout (FwdTmaArgs::kv_rows = 8).
+template <typename T, int kHeadDim, int kConsumers, bool kPaged, int kBlockN, bool kGrouped = false>
 fa_status run_fwd_sm90_ws(FwdTmaArgs args, cudaStream_t stream);
 // Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
 constexpr int kDecodeRows = 16;

@@ -221,10 +221,16 @@ __device__ __forceinline__ void write_empty_rows(const FwdArgs& a, char* go, flo
 // the sequence's keys, causal, window). The mask is evaluated only on tiles that need it for some
 // row of this warp (rows [warp_row0, warp_row1]). n: the key block (kBlockN keys); row_base: this
 // lane's first row within the sequence (row0 + the warp's first row + g). kPrecise: tanhf (fp32).
+// score_mod_and_mask_at: the same with the modifier (kScoreNone / kScoreSoftcap / kScoreNegate,
+// score_mod_of) and the mask test (masked) decided by the caller once per call or tile.
+constexpr int kScoreNone = 0, kScoreSoftcap = 1, kScoreNegate = 2;
+__device__ __forceinline__ int score_mod_of(const FwdArgs& a) {
+  return a.softcap > 0.f ? kScoreSoftcap : a.negate_s ? kScoreNegate : kScoreNone;
+}
 template <int kBlockN, bool kPrecise, int kMT, int kNT>
-__device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], const FwdArgs& a, const KeyWindow& w,
-                                                   int n, int warp_row0, int warp_row1, int row_base, int t) {
-  if (a.softcap > 0.f) {
+__device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], const FwdArgs& a, const KeyWindow& w,
+                                                      int n, int mod, bool masked, int row_base, int t) {
+  if (mod == kScoreSoftcap) {
     const float cap = a.softcap, sc = a.softcap_scale;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -232,7 +238,7 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], cons
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * softcap_tanh<kPrecise>(s[mt][nt][e] * sc);
-  } else if (a.negate_s) {
+  } else if (mod == kScoreNegate) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -240,7 +246,7 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], cons
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = -s[mt][nt][e];
   }
-  if (w.needs_mask(n * kBlockN, kBlockN, warp_row0, warp_row1)) {
+  if (masked) {
     const int col0 = n * kBlockN + 2 * t;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -257,6 +263,12 @@ __device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], cons
           }
       }
   }
+}
+template <int kBlockN, bool kPrecise, int kMT, int kNT>
+__device__ __forceinline__ void score_mod_and_mask(float (&s)[kMT][kNT][4], const FwdArgs& a, const KeyWindow& w,
+                                                   int n, int warp_row0, int warp_row1, int row_base, int t) {
+  score_mod_and_mask_at<kBlockN, kPrecise>(s, a, w, n, score_mod_of(a), w.needs_mask(n * kBlockN, kBlockN, warp_row0, warp_row1),
+                                           row_base, t);
 }
 
 constexpr float kLn2 = 0.6931471805599453f;

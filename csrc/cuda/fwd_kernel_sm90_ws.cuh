@@ -223,7 +223,11 @@ __device__ __forceinline__ long long clock_after(uint32_t dep) {
   } while (0)
 #endif
 
-template <class Tr, bool kPaged>
+// kGrouped (paged only, two or more column blocks): K's and V's stages in the grouped layout (ta.kv_rows
+// = 8) as a compile-time fact, so that their wgmma descriptors are constants. Chosen at run time, it
+// put ~17 more (mostly uniform) instructions in each consumer step, whose count the paged kernel's
+// time followed (H200 ncu: 525 instructions per step against the packed kernel's 490, 5% more cycles).
+template <class Tr, bool kPaged, bool kGrouped = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __grid_constant__ FwdTmaArgs ta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
@@ -231,6 +235,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   constexpr int BM = Tr::kBlockM;
   constexpr int BN = Tr::kBlockN;
   constexpr int kCB = Tr::kColBlocks;
+  static_assert(!kGrouped || (kPaged && kCB > 1), "the grouped stage layout is a paged layout of two or more column blocks");
   constexpr int S = Tr::kStages;
   constexpr int kTileKV = Tr::kTileKV;
   const FwdArgs& a = ta.f;
@@ -366,7 +371,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
             const int krow = box_row(n, pg);
             __syncwarp();  // the lead's expect-tx before any copy completes on the barrier
             if (lane < n_box) {
-              if (kCB > 1 && ta.kv_rows == 8) {
+              if constexpr (kGrouped) {
                 tma_load_5d(dst + lane * box * kCB * 128, map, 0, 0, 0, krow / 8, hk, full);
               } else {
 #pragma unroll
@@ -463,12 +468,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
   // The stride of 8-key groups is the descriptors' stride byte offset (K: along S's N; V: along P V's
   // k) and the column-block stride V's leading byte offset and K's k-step past 64 columns; a k16
   // step of P V moves two groups.
-  const bool grouped = kPaged && kCB > 1 && ta.kv_rows == 8;
-  const uint32_t group_stride = grouped ? kCB * 1024 : 1024;
+  constexpr bool grouped = kGrouped;  // (the host launches it where ta.kv_rows = 8)
+  constexpr uint32_t group_stride = grouped ? kCB * 1024 : 1024;
   const sm90::SmemDesc dK = sm90::smem_desc_w(sK, 16, group_stride);
-  const int krows = grouped ? 8 : BN;  // kstep's rows of a column block
+  constexpr int krows = grouped ? 8 : BN;  // kstep's rows of a column block
   const sm90::SmemDesc dV = sm90::smem_desc_w(sV, grouped ? 1024 : BN * 128, group_stride);
-  const uint32_t vstep16 = (2 * group_stride) >> 4;  // descriptor units
+  constexpr uint32_t vstep16 = (2 * group_stride) >> 4;  // descriptor units
   constexpr uint32_t kStageDesc = kTileKV >> 4;
   const float sl2 = a.scale_log2;
   const bool pp = ta.pingpong != 0;
@@ -559,8 +564,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         p[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
       }
     };
+    // The key blocks this warpgroup's rows see whole (no mask test on them; warp-uniform values, held
+    // in uniform registers), and the score modifier, once per tile: the loop's per-block test is two
+    // compares. (Per warp instead, the two values took vector registers, and the paged kernel's
+    // wgmmas serialized, C7511.)
+    int free_first, free_last;
+    win.unmasked_blocks(BN, row0 + cw * 64, row0 + cw * 64 + 63, &free_first, &free_last);
+    const int smod = score_mod_of(a);
     auto mask_and_softmax = [&](int nb) {
-      score_mod_and_mask<BN, false>(s, a, win, nb, row0 + wrow0, row0 + wrow0 + 15, row0 + wrow0 + g, t);
+      score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t);
       online_softmax_step(s, row_max, row_sum, alpha, sl2);
     };
 
@@ -661,6 +673,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     mask_and_softmax(n_max - 1);
     pack_p();
     FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
+    // Paged: the first block's V rows past the sequence's end zeroed before its P V, here rather
+    // than in the loop's first step (a test of every step).
 
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
     // The next step's K and V full barriers are tested while the warp waits for S (kEarlyTest):

@@ -5,5 +5,6 @@
 namespace fa {
 namespace cuda {
 template fa_status run_fwd_sm90_ws<__half, 128, 2, true, 128>(FwdTmaArgs, cudaStream_t);
+template fa_status run_fwd_sm90_ws<__half, 128, 2, true, 128, true>(FwdTmaArgs, cudaStream_t);
 }  // namespace cuda
 }  // namespace fa

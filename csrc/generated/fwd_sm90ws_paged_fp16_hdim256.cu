@@ -5,5 +5,6 @@
 namespace fa {
 namespace cuda {
 template fa_status run_fwd_sm90_ws<__half, 256, 2, true, 64>(FwdTmaArgs, cudaStream_t);
+template fa_status run_fwd_sm90_ws<__half, 256, 2, true, 64, true>(FwdTmaArgs, cudaStream_t);
 }  // namespace cuda
 }  // namespace fa
