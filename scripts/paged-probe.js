@@ -5,7 +5,8 @@
 //   compact  exactly the pages the sequences use, shuffled
 //   ordered  exactly those pages, each sequence's in order and after the previous sequence's (at
 //            page 256 nearly the packed layout)
-//   host     sparse, with Int32Array index arrays (no decode launch: min_seqlen_q)
+//   host     sparse, with Int32Array index arrays (no decode launch: min_seqlen_q; the sequences
+//            dealt the most keys first); also the packed call with Int32Array index arrays
 // Public-API time of back-to-back calls, in turns (every call's round of >= MS ms, PROBE_MS, default
 // 100; the order turned by one each round, 3 rounds, median). Usage: node scripts/paged-probe.js
 // [pages...] (default 16 256).
@@ -41,7 +42,8 @@ const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.lengt
 async function main() {
   const pageSizes = process.argv.slice(2).map(Number).filter((x) => x > 0);
   const H = 16, D = 128;
-  const lens = [8192, 3000, 1800, 1200, 700, 500, 300, 200, 150, 100, 242];
+  // PROBE_LENS=a,b,...: other sequence lengths (default the varlen bench's, longest first)
+  const lens = process.env.PROBE_LENS ? process.env.PROBE_LENS.split(',').map(Number) : [8192, 3000, 1800, 1200, 700, 500, 300, 200, 150, 100, 242];
   const B = lens.length;
   const total = lens.reduce((a, b) => a + b, 0);
   const maxL = Math.max(...lens);
@@ -57,6 +59,12 @@ async function main() {
     const r = await fa.flashAttentionVarlen(q, k, v, { cuSeqlensQ: cuT, cuSeqlensK: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
     r.out.dispose(); r.lse.dispose();
   });
+  if (KINDS.includes('host')) {
+    add('varlen host', async () => {
+      const r = await fa.flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, causal: true });
+      r.out.dispose(); r.lse.dispose();
+    });
+  }
   for (const page of pageSizes.length ? pageSizes : [16, 256]) {
     const maxPages = Math.ceil(maxL / page);
     const used = lens.map((n) => Math.ceil(n / page));

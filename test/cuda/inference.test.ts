@@ -6,7 +6,7 @@
 // Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
 import { it } from 'vitest';
 import { caseName, checkBackwardCase, checkForwardCase } from '../helpers/harness';
-import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type PagedCase } from '../helpers/inference';
+import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type PagedCase, type VarlenCase } from '../helpers/inference';
 import { maskedDenseCases, mergeCases, pagedCases, varlenCases } from '../helpers/inference-cases';
 import { describeGpu } from '../helpers/reference';
 
@@ -28,6 +28,16 @@ describeGpu('CUDA: variable-length batches', () => {
   for (const c of varlenCases(8202, 24, { maxLen: 200, Ds: [8, 64, 128, 256], maxB: 5, backward: true, gpu: true })) {
     it(`backward ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
   }
+  // Batches whose longest sequence is last or in the middle (the tiles are dealt in batch order),
+  // ties, empty sequences and more keys than queries between them; host and device index arrays.
+  const order: VarlenCase[] = [
+    { seed: 40, lensQ: [3, 130, 0, 260, 700], lensK: [3, 130, 0, 260, 700], H: 4, Hkv: 2, D: 128, dtype: 'float16', causal: true },
+    { seed: 41, lensQ: [200, 64, 640, 64, 1], lensK: [900, 64, 640, 64, 300], H: 6, Hkv: 3, D: 64, dtype: 'bfloat16', causal: true },
+    { seed: 42, lensQ: [50, 400, 400, 0, 513], lensK: [50, 400, 400, 0, 513], H: 2, Hkv: 1, D: 256, dtype: 'float16', window: [100, 0] },
+    { seed: 43, lensQ: [17, 300, 129, 600], lensK: [17, 300, 129, 600], H: 4, Hkv: 4, D: 96, dtype: 'bfloat16' },
+    { seed: 40, lensQ: [3, 130, 0, 260, 700], lensK: [3, 130, 0, 260, 700], H: 4, Hkv: 2, D: 128, dtype: 'float16', causal: true, deviceIndex: true },
+  ];
+  for (const c of order) it(`forward, batch order: ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
 });
 
 describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
@@ -77,6 +87,14 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 33, before: [20, 500], fresh: [5, 1], nq: [5, 3], pageSize: 1, H: 12, Hkv: 3, D: 64, dtype: 'bfloat16', window: [64, 0] },
   ];
   for (const c of bounds) it(`decode / prefill bound: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+  // Prefill with the longest cache last or in the middle, decode sequences and an empty one between
+  // them.
+  const batchOrder: PagedCase[] = [
+    { seed: 50, before: [0, 40, 300, 900], fresh: [200, 1, 150, 260], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float16', causal: true },
+    { seed: 51, before: [10, 700, 0, 64], fresh: [140, 300, 0, 2], pageSize: 64, H: 4, Hkv: 4, D: 256, dtype: 'bfloat16', causal: true },
+    { seed: 52, before: [5, 5, 500], fresh: [180, 180, 140], pageSize: 8, H: 6, Hkv: 2, D: 64, dtype: 'float16', window: [200, 0] },
+  ];
+  for (const c of batchOrder) it(`prefill, batch order: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Split-KV calls of different split counts queued together on the stream: the last block of each
   // (sequence, kv head) combines and resets its counter for the next call.
   it('split-KV calls queued together (split counters reset by each call)', () => Promise.all([3, 7, 32, 1, 12, 2].map((numSplits, i) =>
