@@ -12,30 +12,11 @@
 // [pages...] (default 16 256).
 'use strict';
 const fa = require('../dist/lib/index.js');
-const { native } = require('../dist/lib/native.js');
-const { DTYPE_CODE } = require('../dist/lib/tensor.js');
+const { randomHalf: rnd, shuffled } = require('./prefill-inputs.js');
 
 const MS = Number(process.env.PROBE_MS || 100);
 // PROBE_KINDS=sparse,ordered,...: only these caches (default all four)
 const KINDS = (process.env.PROBE_KINDS || 'sparse,host,compact,ordered').split(',');
-
-async function rnd(shape, seed) {
-  const t = await fa.Tensor.empty(shape, { dtype: 'float16', device: 'cuda' });
-  native.fillRandom(t.storage('probe', 'tensor').handle, DTYPE_CODE.float16, seed);
-  return t;
-}
-
-function shuffled(n, seed) {
-  const perm = new Int32Array(n);
-  for (let i = 0; i < n; i++) perm[i] = i;
-  let s = seed >>> 0;
-  for (let i = n - 1; i > 0; i--) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    const j = s % (i + 1);
-    const t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-  }
-  return perm;
-}
 
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.length >> 1]; };
 

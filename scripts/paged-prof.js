@@ -5,26 +5,7 @@
 // is synchronized, so each kernel runs alone. Usage: node scripts/paged-prof.js [page ...]
 'use strict';
 const fa = require('../dist/lib/index.js');
-const { native } = require('../dist/lib/native.js');
-const { DTYPE_CODE } = require('../dist/lib/tensor.js');
-
-async function rnd(shape, seed) {
-  const t = await fa.Tensor.empty(shape, { dtype: 'float16', device: 'cuda' });
-  native.fillRandom(t.storage('prof', 'tensor').handle, DTYPE_CODE.float16, seed);
-  return t;
-}
-
-function shuffled(n, seed) {
-  const perm = new Int32Array(n);
-  for (let i = 0; i < n; i++) perm[i] = i;
-  let s = seed >>> 0;
-  for (let i = n - 1; i > 0; i--) {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    const j = s % (i + 1);
-    const t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-  }
-  return perm;
-}
+const { randomHalf: rnd, shuffled } = require('./prefill-inputs.js');
 
 async function main() {
   const pageSizes = process.argv.slice(2).map(Number).filter((x) => x > 0);
