@@ -564,10 +564,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         p[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
       }
     };
-    // The key blocks this warpgroup's rows see whole (no mask test on them; warp-uniform values, held
-    // in uniform registers), and the score modifier, once per tile: the loop's per-block test is two
-    // compares. (Per warp instead, the two values took vector registers, and the paged kernel's
-    // wgmmas serialized, C7511.)
+    // The key blocks this warpgroup's rows see whole (no mask test on them) and the score modifier,
+    // once per tile: the loop's per-block test is two compares. Over the warpgroup's rows (values
+    // uniform across its warps): with each warp's own rows the paged W 128 kernel's wgmmas
+    // serialized (C7511).
     int free_first, free_last;
     win.unmasked_blocks(BN, row0 + cw * 64, row0 + cw * 64 + 63, &free_first, &free_last);
     const int smod = score_mod_of(a);
@@ -673,8 +673,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     mask_and_softmax(n_max - 1);
     pack_p();
     FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
-    // Paged: the first block's V rows past the sequence's end zeroed before its P V, here rather
-    // than in the loop's first step (a test of every step).
 
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
     // The next step's K and V full barriers are tested while the warp waits for S (kEarlyTest):
