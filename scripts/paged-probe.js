@@ -72,9 +72,13 @@ async function main() {
   }
   for (const c of calls) for (let i = 0; i < 3; i++) await c();
   await fa.synchronize();
+  // Calls per round: MS over the first call's time back to back (10 calls after the warm-up).
+  const t0 = performance.now();
+  for (let i = 0; i < 10; i++) await calls[0]();
+  await fa.synchronize();
+  const n = Math.max(10, Math.ceil(MS / ((performance.now() - t0) / 10)));
   const rounds = calls.map(() => []);
   const windows = [];  // [name, start, end] in ms since the epoch (to match a clock log)
-  const n = Math.max(10, Math.ceil(MS / 0.7));
   for (let r = 0; r < 3; r++) {
     for (let j = 0; j < calls.length; j++) {
       const i = (j + r) % calls.length;

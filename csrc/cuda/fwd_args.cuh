@@ -75,6 +75,8 @@ struct FwdTmaArgs {
                        // kv_rows = the key block (the dense layout; a box per page and column block) or
                        // 8 (every column block of 8 rows after another, a box per page holding all of
                        // them: tk and tv are then rank 5 {64, 8, column blocks, rows / 8, kv heads})
+  int deal;            // packed / paged: the sequences dealt the most keys first (ws_deal_order; the host sets it
+                       // on large calls, run_fwd_sm90_ws)
 #if FA_WS_LPT
   int lpt_groups;      // FA_WS_LPT builds: causal dense tiles in sections of this many (batch, head)
                        // pairs, the longest row blocks of the whole section first (0: block_coord_of's order)

@@ -57,6 +57,23 @@ namespace cuda {
 #define FA_WS_RESCALE_IN_SOFTMAX 1
 #endif
 
+__device__ __forceinline__ int lds_u8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return static_cast<int>(v);
+}
+__device__ __forceinline__ void sts_u8(uint32_t addr, int v) {
+  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Most sequences whose dealing order the producer sets (ws_deal_order): a warp ranks them in B steps.
+constexpr int kWsDealMax = 64;
+// ... and the fewest tile indices (row blocks of the longest sequence x heads x sequences) per block
+// of the grid: the ranking's reads put ~0.9 us before a block's first tile (H200: packed calls of
+// 4 and 8 short sequences, 11.1 -> 12.1 and 21.6 -> 22.6 us per call back to back), more than an
+// order can gain where every block has a tile or two.
+constexpr int kWsDealWaves = 8;
+
 template <typename T_, int kHeadDim_, int kConsumers_, int kBlockN_ = sm90_ws_block_n(kHeadDim_)>
 struct Sm90WsTraits {
   using T = T_;
@@ -116,7 +133,13 @@ struct Sm90WsTraits {
   static constexpr int kBarOffset = kTileQ + kTileO + 2 * kStages * kTileKV;
   // Then two int slots: the tile index the producer hands to the consumers (tile j in slot j % 2).
   static constexpr int kSlotOffset = kBarOffset + 8 * (2 + 4 * kStages);
-  static constexpr int kSmemBytes = 1024 + kSlotOffset + 8;
+  // Then the producer's dealing order of a packed or paged batch's sequences (ws_deal_order).
+  static constexpr int kOrderOffset = kSlotOffset + 8;
+  static constexpr int kSmemBytes = 1024 + kOrderOffset + kWsDealMax;
+  // The producer deals a large packed or paged batch's sequences the most keys first
+  // (ws_deal_order) in every kernel but W 64 with two consumers, whose wgmmas ptxas serialized
+  // (C7511) with the ranking in it (that kernel is the build before's, byte for byte).
+  static constexpr bool kDeal = !(kHeadDim_ == 64 && kConsumers_ == 2);
   static_assert(sizeof(T) == 2 && (kConsumers == 2 || kConsumers == 3), "fp16 / bf16, two or three consumers");
   static_assert(kStages >= 2, "a ring of at least two stages");
   // setmaxnreg moves registers within the block's launch allocation (168 per thread at 384 threads):
@@ -128,11 +151,50 @@ struct Sm90WsTraits {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the sm_90 limit");
 };
 
+// Packed and paged calls of 2..kWsDealMax sequences with kWsDealWaves tile indices per block or more
+// (the host's ta.deal) deal their tiles sequence by sequence in order of key count, the most keys
+// first, whatever the batch's order: the tiles of a long sequence are the longest (under a causal
+// mask its last row blocks see all its keys), and dealt last they end the grid with a few SMs busy
+// and the rest idle (H200, the varlen bench's lengths with the 8k sequence first / in the middle /
+// last: 0.665 / 0.678 / 0.696 ms, NOTES-inference.md). Warp 0 ranks the sequences once per block
+// (lane l holds sequences l and l + 32; ties keep the batch's order; sequences without rows for
+// this kernel go last) into ord[rank] = sequence; the producer maps each dealt index through it
+// (ws_tile) before resolving the tile, and hands the consumers the batch-order index, so they
+// resolve it as before. Other calls keep the batch's order.
+//
+// Warp 0 runs it before the block's first barrier, where ta.deal is set (never with PDL: those are
+// one-wave calls), in a function of its own: inlined, called from the producer's branch, with the
+// gate computed here rather than by the host, or with ord as a generic pointer, it made ptxas
+// serialize the wgmmas (C7511) of one instantiation or another, and the W 64 kernel with two
+// consumers does so with any form of it (Sm90WsTraits::kDeal). Called by every block whatever
+// ta.deal (the form that compiled first), it cost small calls 0.3-0.9 us each (H200).
+// kWsDealMax bytes at ord.
+static __device__ __noinline__ void ws_deal_order(const FwdTmaArgs& ta, bool paged, uint32_t ord, int lane) {
+  (void)paged;  // (the host's ta.deal covers it)
+  const FwdArgs& a = ta.f;
+  const int B = a.batch;
+  auto key_of = [&](int b) {
+    if (b >= B) return -2;
+    const SeqInfo s = fwd_seq(a, b);
+    return s.nq <= 0 || fwd_decode_seq(a, s) ? -1 : s.nk;
+  };
+  const int k0 = key_of(lane), k1 = key_of(lane + 32);
+  int r0 = 0, r1 = 0;
+  for (int j = 0; j < B; ++j) {
+    const int kj = __shfl_sync(0xffffffffu, j < 32 ? k0 : k1, j & 31);
+    r0 += kj > k0 || (kj == k0 && j < lane);
+    r1 += kj > k1 || (kj == k1 && j < lane + 32);
+  }
+  if (lane < B) sts_u8(ord + r0, lane);
+  if (lane + 32 < B) sts_u8(ord + r1, lane + 32);
+  __syncwarp();
+}
 // One tile of the persistent loop: row block, head and sequence, and its key blocks.
 struct WsTile {
   BlockCoord bc;
   SeqInfo seq;
   int row0, n_min, n_max;
+  int index;  // the tile's index in the batch's order (the producer's dealt index may differ: ws_deal_order)
   bool idle;  // nothing to compute or write: rows past the sequence, or a paged call's decode sequence
 };
 // Tile idx's (row block, head, batch). Default: block_coord_of (the row blocks of one (batch, head)
@@ -159,10 +221,16 @@ __device__ __forceinline__ BlockCoord ws_coord(const FwdTmaArgs& ta, int idx) {
 }
 
 template <int BM, int BN>
-__device__ __forceinline__ WsTile ws_tile(const FwdTmaArgs& ta, int idx) {
+__device__ __forceinline__ WsTile ws_tile(const FwdTmaArgs& ta, int idx, uint32_t ord = 0) {
   const FwdArgs& a = ta.f;
   WsTile w;
   w.bc = ws_coord(ta, idx);
+  w.index = idx;
+  if (ord != 0 && ta.deal) {  // the producer: idx is a dealt index (ws_deal_order)
+    const int b = lds_u8(ord + w.bc.b);
+    w.index += (b - w.bc.b) * a.heads * a.num_m_blocks;
+    w.bc.b = b;
+  }
   w.seq = fwd_seq(a, w.bc.b);
   w.row0 = w.bc.m_block * BM;
   const KeyWindow win(w.seq, a.window_left, a.window_right);
@@ -274,9 +342,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tk)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tv)) : "memory");
   }
+  const uint32_t ord = Tr::kDeal ? sQ + Tr::kOrderOffset : 0u;
+  if constexpr (Tr::kDeal) {
+    if (warp == 0 && ta.deal) ws_deal_order(ta, kPaged, ord, lane);
+  }
   __syncthreads();
   // Launched with programmatic dependent launch (run_fwd_sm90_ws): the block may start while the
-  // kernel before it on the stream finishes. Everything above touches only shared memory; every
+  // kernel before it on the stream finishes. Everything above touches only shared memory (but the
+  // ranking of ws_deal_order, which the host never combines with PDL); every
   // thread waits here before its first global access (tile counter, sequence bounds, Q / K / V,
   // O / lse). The next PDL-launched kernel may be scheduled once every block has passed the wait,
   // so the kernel before this one has finished by then (fwd_decode.cuh relies on that). Only
@@ -286,9 +359,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     pdl_launch_dependents();
   }
 
+
   // Persistent loop (ta.ctas blocks, at most one per SM): block i starts with tile i, then takes
   // the next tile from a counter in global memory (tile order as the hardware would run one block
-  // per tile: row blocks of a head together, the longest first under a causal mask), so a block
+  // per tile: row blocks of a head together, the longest first under a causal mask; a packed or
+  // paged batch's sequences in ord's order), so a block
   // that drew short tiles draws more. The producer draws and hands each tile index to the
   // consumers in a shared slot published by the Q-full barrier; -1 ends the loop. With one block
   // per tile (ta.ctas = 0) every block has exactly its own tile. The ring's stage and phase run on
@@ -325,7 +400,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           // The next tile is drawn when this tile's last key block is loaded (its latency hides
           // behind that block's waits). Drawn at the start of the tile instead, a block holds a
           // tile it cannot start for a whole tile: causal N 16k lost 6% (NOTES-fwd.md).
-          w = ws_tile<BM, BN>(ta, idx);
+          w = ws_tile<BM, BN>(ta, idx, ord);
           // Idle tiles (row blocks past a short sequence's end: a packed call has ceil(max length /
           // BM) per sequence and head; a paged call's decode sequences) never reach the consumers:
           // the producer moves the counter past the idle run (every index in it is idle, so no
@@ -339,7 +414,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
               done = true;
               break;
             }
-            w = ws_tile<BM, BN>(ta, idx);
+            w = ws_tile<BM, BN>(ta, idx, ord);
           }
           if (!done) n_blocks = max(w.n_max - w.n_min, 0);
         }
@@ -404,9 +479,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         if (kPaged && n_blocks > 0) pg_cur = page_of(w.n_max - 1);
         if (n_blocks > 0) load_k(w.n_max - 1, c, pg_cur);
         if (kPaged && n_blocks > 1) pg_next = page_of(w.n_max - 2);
+        // The tile's batch-order index for the consumers, written before the Q-empty wait so that it
+        // need not stay in a register through it (slot j % 2 was last read for tile j - 2, whose Q the
+        // consumers released before this block's producer went past tile j - 1's Q-empty wait).
+        if (Tr::kDeal && lead) slots[j & 1] = done ? -1 : w.index;
         if (j > 0) mbar_wait(bar_qe, (j - 1) & 1);
         if (lead) {
-          slots[j & 1] = done ? -1 : idx;
+          if constexpr (!Tr::kDeal) slots[j & 1] = done ? -1 : idx;
           if (n_blocks > 0) {
             mbar_arrive_expect_tx(bar_qf, Tr::kTileQ);
 #pragma unroll

@@ -225,6 +225,15 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   const bool one_wave = ta.ctas > 0 && blocks <= ta.ctas;
   if (one_wave) ta.ctas = 0;
   const int64_t grid = ta.ctas > 0 ? std::min<int64_t>(blocks, ta.ctas) : blocks;
+  // Packed and paged batches of 2..kWsDealMax sequences with kWsDealWaves tile indices per block or
+  // more and a longest sequence of kWsDealWaves row blocks or more: the producer deals the sequences
+  // the most keys first (ws_deal_order). Where every sequence is short, every tile is a few key
+  // blocks long and the order cannot gain what the ranking costs (H200: 64 sequences of 60-760
+  // tokens, 0.215 -> 0.218 ms). FA_WS_DEAL=0: batch order (comparisons); 2: every packed or paged
+  // batch of 2..kWsDealMax sequences (tests).
+  static const int deal = env_int("FA_WS_DEAL", 1);
+  ta.deal = Tr::kDeal && deal != 0 && (kPaged || a.cu_seqlens_q != nullptr) && a.batch >= 2 && a.batch <= kWsDealMax &&
+            (deal == 2 || (blocks >= static_cast<int64_t>(kWsDealWaves) * grid && a.num_m_blocks >= kWsDealWaves));
   // Programmatic dependent launch for calls whose tiles fit one wave (blocks <= the persistent
   // grid): the block's launch and set-up (the mbarrier init) overlap the previous kernel's tail, the
   // latency that a small call's GPU time mostly is (issue 10's per-call cost). The kernel then waits
@@ -235,7 +244,9 @@ fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   // 7.6-8.4 us of kernel per call); the GPU suite, memcheck and racecheck clean with PDL on every
   // launch (racecheck had not finished the smoke workload with it in the ninth session).
   static const int pdl_mode = env_int("FA_FWD_PDL", -1);
-  const bool want_pdl = pdl_mode > 0 || (pdl_mode < 0 && one_wave);
+  // (Not with ta.deal: the ranking reads the index arrays before the kernel's PDL wait. The default
+  // sets ta.deal only on calls of many waves, which never launch with PDL.)
+  const bool want_pdl = !ta.deal && (pdl_mode > 0 || (pdl_mode < 0 && one_wave));
 #ifdef FA_WS_TRACE
   // (the instantiations of one translation unit share its buffer: cleared before each launch,
   // read right after the reported one)

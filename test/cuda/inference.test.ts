@@ -28,14 +28,25 @@ describeGpu('CUDA: variable-length batches', () => {
   for (const c of varlenCases(8202, 24, { maxLen: 200, Ds: [8, 64, 128, 256], maxB: 5, backward: true, gpu: true })) {
     it(`backward ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
   }
-  // Batches whose longest sequence is last or in the middle (the tiles are dealt in batch order),
-  // ties, empty sequences and more keys than queries between them; host and device index arrays.
+  // Batches whose longest sequence is last or in the middle, ties, empty sequences and more keys
+  // than queries between them; host and device index arrays; 64 / 65 / 90 sequences. (The Hopper
+  // kernel deals the sequences of a large call of 2..64 sequences longest first: the last case here;
+  // test/cuda/deal-order.test.ts makes every call of 2..64 sequences do so.)
   const order: VarlenCase[] = [
     { seed: 40, lensQ: [3, 130, 0, 260, 700], lensK: [3, 130, 0, 260, 700], H: 4, Hkv: 2, D: 128, dtype: 'float16', causal: true },
     { seed: 41, lensQ: [200, 64, 640, 64, 1], lensK: [900, 64, 640, 64, 300], H: 6, Hkv: 3, D: 64, dtype: 'bfloat16', causal: true },
     { seed: 42, lensQ: [50, 400, 400, 0, 513], lensK: [50, 400, 400, 0, 513], H: 2, Hkv: 1, D: 256, dtype: 'float16', window: [100, 0] },
     { seed: 43, lensQ: [17, 300, 129, 600], lensK: [17, 300, 129, 600], H: 4, Hkv: 4, D: 96, dtype: 'bfloat16' },
     { seed: 40, lensQ: [3, 130, 0, 260, 700], lensK: [3, 130, 0, 260, 700], H: 4, Hkv: 2, D: 128, dtype: 'float16', causal: true, deviceIndex: true },
+    ...[64, 65, 90].map((B, i): VarlenCase => {
+      const lensQ = Array.from({ length: B }, (_, b) => (b % 11 === 3 ? 0 : ((b * 37 + 11 * i) % 190) + 1));
+      return { seed: 44 + i, lensQ, lensK: lensQ.map((n, b) => (b % 5 === 0 ? n + (b % 7) * 13 : n)), H: 2, Hkv: 1, D: i === 1 ? 64 : 128,
+        dtype: i === 2 ? 'bfloat16' : 'float16', causal: i !== 1, deviceIndex: i === 0 };
+    }),
+    // 12 sequences, one of 1100 tokens last, 12 heads: 9 row blocks x 12 x 12 tile indices, more
+    // than eight per block of the grid on an H200 (132 SMs)
+    { seed: 47, lensQ: [30, 50, 0, 70, 20, 9, 60, 5, 33, 1, 64, 1100], lensK: [30, 50, 0, 70, 20, 9, 60, 5, 33, 1, 64, 1100], H: 12, Hkv: 2, D: 128,
+      dtype: 'float16', causal: true },
   ];
   for (const c of order) it(`forward, batch order: ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
 });
@@ -93,6 +104,12 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 50, before: [0, 40, 300, 900], fresh: [200, 1, 150, 260], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float16', causal: true },
     { seed: 51, before: [10, 700, 0, 64], fresh: [140, 300, 0, 2], pageSize: 64, H: 4, Hkv: 4, D: 256, dtype: 'bfloat16', causal: true },
     { seed: 52, before: [5, 5, 500], fresh: [180, 180, 140], pageSize: 8, H: 6, Hkv: 2, D: 64, dtype: 'float16', window: [200, 0] },
+    // 64 sequences (the most the kernel orders) and 70 (batch order): prefill chunks, decode tokens
+    // and empty sequences mixed.
+    ...[64, 70].map((B, i): PagedCase => ({
+      seed: 53 + i, before: Array.from({ length: B }, (_, b) => (b * 53) % 400), fresh: Array.from({ length: B }, (_, b) => (b % 9 === 4 ? 0 : b % 3 === 0 ? 1 : ((b * 29) % 170) + 2)),
+      pageSize: i === 0 ? 16 : 32, H: 4, Hkv: 2, D: 128, dtype: i === 0 ? 'float16' : 'bfloat16', causal: true, deviceIndex: i === 1,
+    })),
   ];
   for (const c of batchOrder) it(`prefill, batch order: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Split-KV calls of different split counts queued together on the stream: the last block of each
