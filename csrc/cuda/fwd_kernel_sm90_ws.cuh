@@ -57,15 +57,6 @@ namespace cuda {
 #define FA_WS_RESCALE_IN_SOFTMAX 1
 #endif
 
-__device__ __forceinline__ int lds_u8(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return static_cast<int>(v);
-}
-__device__ __forceinline__ void sts_u8(uint32_t addr, int v) {
-  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
 // Most sequences whose dealing order the producer sets (ws_deal_order): a warp ranks them in B steps.
 constexpr int kWsDealMax = 64;
 // ... and the fewest tile indices (row blocks of the longest sequence x heads x sequences) per block

@@ -20,6 +20,16 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// A byte of shared memory at a 32-bit shared-window address.
+__device__ __forceinline__ int lds_u8(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return static_cast<int>(v);
+}
+__device__ __forceinline__ void sts_u8(uint32_t addr, int v) {
+  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // 16-byte global->shared copy that bypasses L1. When `pred` is false nothing is read and the 16
 // destination bytes are zero-filled (src-size 0), which is how edge rows and head-dim padding
 // columns become zeros.
