@@ -38,7 +38,7 @@ def macros():
 
 
 STRUCT_MACRO = [
-    "#define FA_WGMMA_STRUCT(CT, TY, N, REGS, ACC, I0, I1, I2, I3, I4, I5, I6)",
+    "#define FA_WGMMA_STRUCT(CT, TY, N, REGS, ACC, I0, I1, I2, I3, I4, I5, I6, I7)",
     "  template <>",
     "  struct Wgmma<CT, N> {",
     "    template <int TA = 0, int TB = 0>",
@@ -61,21 +61,31 @@ STRUCT_MACRO = [
     '          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB)',
     '          : "memory");',
     "    }",
+    "    template <int TB = 1>",
+    "    static __device__ __forceinline__ void rs_if(float* d, const uint32_t* a, uint64_t desc_b, int scale_d, int enable) {",
+    "      asm volatile(",
+    '          "{\\n.reg .pred p, q;\\nsetp.ne.b32 p, " I5 ", 0;\\nsetp.ne.b32 q, " I7 ", 0;\\n"',
+    '          "@q wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " REGS',
+    '          ", {" I0 ", " I1 ", " I2 ", " I3 "}, " I4 ", p, 1, 1, " I6 ";\\n}\\n"',
+    "          : ACC",
+    '          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB), "r"(enable)',
+    '          : "memory");',
+    "    }",
     "  };",
 ]
 
 
 def struct_macro():
     """Defines Wgmma<CT, N> for an element type CT whose PTX name is TY. The operands after the N/2
-    accumulators are numbered I0 .. I6 (ss: desc_a, desc_b, scale_d, TA, TB; rs: a[0..3], desc_b,
-    scale_d, TB)."""
+    accumulators are numbered I0 .. I7 (ss: desc_a, desc_b, scale_d, TA, TB; rs: a[0..3], desc_b,
+    scale_d, TB; rs_if: rs's and enable)."""
     width = max(len(x) for x in STRUCT_MACRO) + 1
     return "\n".join(x.ljust(width) + "\\" for x in STRUCT_MACRO[:-1]) + "\n" + STRUCT_MACRO[-1] + "\n"
 
 
 def invocation(ctype, ty, n):
     regs = n // 2
-    idx = ", ".join(f'"%{regs + k}"' for k in range(7))
+    idx = ", ".join(f'"%{regs + k}"' for k in range(8))
     return f'FA_WGMMA_STRUCT({ctype}, "{ty}", {n}, FA_WGMMA_D{n}, FA_WGMMA_ACC{n}, {idx})\n'
 
 
@@ -84,8 +94,9 @@ def text():
 // wgmma.mma_async m64nNk16 wrappers, fp16 / bf16 inputs, fp32 accumulators d[0 .. N/2) (layout in
 // wgmma.cuh). ss<TA, TB>: d (+)= A B, A and B in shared memory, K-major, or MN-major where TA / TB
 // is 1. rs<TB>: d (+)= A B, A in four registers (the mma.sync m16n8k16 A fragment of the warp's 16
-// rows), B in shared memory, MN-major (TB = 1, the default) or K-major (TB = 0). scale_d = 0
-// overwrites d instead of accumulating.
+// rows), B in shared memory, MN-major (TB = 1, the default) or K-major (TB = 0). rs_if: rs issued
+// only where enable is non-zero (a guard predicate; enable must be the same in the whole
+// warpgroup). scale_d = 0 overwrites d instead of accumulating.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

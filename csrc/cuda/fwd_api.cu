@@ -177,7 +177,7 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       const bool keys80 = W == 256 && !kPaged && (d256_bn == 80 || (d256_bn != 64 && a.seqlen_k >= 2048));
       FwdTmaArgs ta;
       ta.f = a;
-      // Comparisons: FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS, FA_WS_RING_ACROSS, FA_WS_PERSISTENT, FA_WS_TRIM_S (0 / 1).
+      // Comparisons: FA_WS_PINGPONG, FA_WS_RESCALE_ALWAYS, FA_WS_RING_ACROSS, FA_WS_PERSISTENT (0 / 1), FA_WS_TRIM_S (below).
       static const int pingpong = env_flag("FA_WS_PINGPONG", 1);
       static const int rescale_always = env_flag("FA_WS_RESCALE_ALWAYS", 0);
       static const int ring_across = env_flag("FA_WS_RING_ACROSS", 1);
@@ -185,7 +185,8 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       ta.pingpong = pingpong;
       ta.rescale_always = rescale_always;
       ta.ring_across = ring_across;
-      static const int trim_s = env_flag("FA_WS_TRIM_S", 1);
+      // FA_WS_TRIM_S: 0 off, 1 the first block's S only, 3 (the default) its P V as well.
+      static const int trim_s = env_int("FA_WS_TRIM_S", 3);
       ta.trim_s = trim_s;
       // Persistent: one block per SM walks the tiles (FA_WS_PERSISTENT=0: one block per tile).
       ta.ctas = persistent ? sm_count() : 0;

@@ -66,7 +66,7 @@ struct FwdTmaArgs {
   int pingpong;        // the consumer warpgroups take turns issuing their products (fwd_kernel_sm90_ws.cuh)
   int rescale_always;  // rescale O at every key block (comparisons; default: when a row max moved)
   int ring_across;     // the ping-pong ring runs on across tiles (FA_WS_RING_ACROSS=0: it restarts per tile)
-  int trim_s;          // the first block's S trimmed where a warpgroup's rows see less of it (FA_WS_TRIM_S=0: off)
+  int trim_s;          // bit 0: the first block's S trimmed where a warpgroup's rows see less of it; bit 1: its P V too
   int pdl;             // launched with programmatic dependent launch (FA_FWD_PDL=1): wait, then trigger
   int ctas;            // persistent grid: blocks launched (0: one per tile)
   int* tile_counter;   // persistent grid: {next tile - ctas, blocks done}, zero between launches

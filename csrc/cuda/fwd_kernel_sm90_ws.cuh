@@ -619,10 +619,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         sm90::wgmma_commit();
       }
     };
-    auto issue_pv = [&](int stage, int accumulate) {
+    // hi = 0 (128-key blocks, dense and packed): the k-steps over the block's lower 64 keys only,
+    // for a first block whose S was trimmed to them (pv_first_hi below).
+    auto issue_pv = [&](int stage, int accumulate, int hi) {
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        if (BN != 128 || kPaged || kk < BN / 32)
+          sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
+        else
+          sm90::Wgmma<T, D>::rs_if(of, p[kk], dV + stage * kStageDesc + kk * vstep16, 1, hi);
+      }
       sm90::wgmma_commit();
     };
     auto pack_p = [&]() {
@@ -704,6 +710,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     constexpr bool kTrimS = !(kPaged && D == 64);
     const bool half_s = kTrimS && BN == 128 && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN + BN / 2;
     const bool none_s = kTrimS && BN != 128 && ta.trim_s && win.hi(row0 + cw * 64 + 63) <= (n_max - 1) * BN;
+    // The same block's P V where the S was halved: P is zero over the upper 64 keys, so the k-steps
+    // over them are issued under a guard predicate that is off for that block (ta.trim_s bit 1;
+    // FA_WS_TRIM_S=1 keeps the whole P V, for comparisons). Only inside the loop (tiles of two or
+    // more blocks): the same guard on the P V after the loop made the W 128 kernel's wgmmas
+    // serialize (C7511), with one path or two. Not at 64 / 80 / 176-key blocks: the guards cost the
+    // 80-key D 256 kernel 1.5-2.5% at N 2k-4k, full masks included; not in the paged kernels, where
+    // the varlen bench's paged calls read -0.4% / +1.5% at page 16 / 64 against none of it (H200,
+    // thirty-first session; NOTES-fwd.md).
+    const int pv_first_hi = !(half_s && (ta.trim_s & 2));
     my_turn();
     sm90::wgmma_fence();
     if constexpr (BN == 128) {
@@ -763,7 +778,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       FA_WS_BMARK(j, it, cw, 2, clock64());
       sm90::wgmma_fence();
       issue_s(sn);
-      issue_pv(sc, it > 1 ? 1 : 0);
+      issue_pv(sc, it > 1 ? 1 : 0, (it > 1) | pv_first_hi);
       pass_turn();
       FA_WS_BMARK(j, it, cw, 3, clock64());
       if constexpr (Tr::kEarlyTest) {
@@ -821,7 +836,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     if (n_blocks == 1) zero_tail(sc);
     my_turn();
     sm90::wgmma_fence();
-    issue_pv(sc, n_blocks > 1 ? 1 : 0);
+    issue_pv(sc, n_blocks > 1 ? 1 : 0, 1);
     pass_turn();
     sm90::wgmma_wait<0>();
     sm90::reg_fence<D / 2>(of);

@@ -2,8 +2,9 @@
 // wgmma.mma_async m64nNk16 wrappers, fp16 / bf16 inputs, fp32 accumulators d[0 .. N/2) (layout in
 // wgmma.cuh). ss<TA, TB>: d (+)= A B, A and B in shared memory, K-major, or MN-major where TA / TB
 // is 1. rs<TB>: d (+)= A B, A in four registers (the mma.sync m16n8k16 A fragment of the warp's 16
-// rows), B in shared memory, MN-major (TB = 1, the default) or K-major (TB = 0). scale_d = 0
-// overwrites d instead of accumulating.
+// rows), B in shared memory, MN-major (TB = 1, the default) or K-major (TB = 0). rs_if: rs issued
+// only where enable is non-zero (a guard predicate; enable must be the same in the whole
+// warpgroup). scale_d = 0 overwrites d instead of accumulating.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -67,46 +68,56 @@ struct Wgmma;
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 #define FA_WGMMA_D256 "{" FA_WGMMA_R256 "}"
 
-#define FA_WGMMA_STRUCT(CT, TY, N, REGS, ACC, I0, I1, I2, I3, I4, I5, I6)                                  \
-  template <>                                                                                              \
-  struct Wgmma<CT, N> {                                                                                    \
-    template <int TA = 0, int TB = 0>                                                                      \
-    static __device__ __forceinline__ void ss(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {   \
-      asm volatile(                                                                                        \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, " I2 ", 0;\n"                                                  \
-          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " REGS                             \
-          ", " I0 ", " I1 ", p, 1, 1, " I3 ", " I4 ";\n}\n"                                                \
-          : ACC                                                                                            \
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB)                                       \
-          : "memory");                                                                                     \
-    }                                                                                                      \
-    template <int TB = 1>                                                                                  \
-    static __device__ __forceinline__ void rs(float* d, const uint32_t* a, uint64_t desc_b, int scale_d) { \
-      asm volatile(                                                                                        \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, " I5 ", 0;\n"                                                  \
-          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " REGS                             \
-          ", {" I0 ", " I1 ", " I2 ", " I3 "}, " I4 ", p, 1, 1, " I6 ";\n}\n"                              \
-          : ACC                                                                                            \
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB)                 \
-          : "memory");                                                                                     \
-    }                                                                                                      \
+#define FA_WGMMA_STRUCT(CT, TY, N, REGS, ACC, I0, I1, I2, I3, I4, I5, I6, I7)                                             \
+  template <>                                                                                                             \
+  struct Wgmma<CT, N> {                                                                                                   \
+    template <int TA = 0, int TB = 0>                                                                                     \
+    static __device__ __forceinline__ void ss(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d) {                  \
+      asm volatile(                                                                                                       \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, " I2 ", 0;\n"                                                                 \
+          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " REGS                                            \
+          ", " I0 ", " I1 ", p, 1, 1, " I3 ", " I4 ";\n}\n"                                                               \
+          : ACC                                                                                                           \
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB)                                                      \
+          : "memory");                                                                                                    \
+    }                                                                                                                     \
+    template <int TB = 1>                                                                                                 \
+    static __device__ __forceinline__ void rs(float* d, const uint32_t* a, uint64_t desc_b, int scale_d) {                \
+      asm volatile(                                                                                                       \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, " I5 ", 0;\n"                                                                 \
+          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " REGS                                            \
+          ", {" I0 ", " I1 ", " I2 ", " I3 "}, " I4 ", p, 1, 1, " I6 ";\n}\n"                                             \
+          : ACC                                                                                                           \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB)                                \
+          : "memory");                                                                                                    \
+    }                                                                                                                     \
+    template <int TB = 1>                                                                                                 \
+    static __device__ __forceinline__ void rs_if(float* d, const uint32_t* a, uint64_t desc_b, int scale_d, int enable) { \
+      asm volatile(                                                                                                       \
+          "{\n.reg .pred p, q;\nsetp.ne.b32 p, " I5 ", 0;\nsetp.ne.b32 q, " I7 ", 0;\n"                                   \
+          "@q wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " REGS                                         \
+          ", {" I0 ", " I1 ", " I2 ", " I3 "}, " I4 ", p, 1, 1, " I6 ";\n}\n"                                             \
+          : ACC                                                                                                           \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB), "r"(enable)                   \
+          : "memory");                                                                                                    \
+    }                                                                                                                     \
   };
 
-FA_WGMMA_STRUCT(__half, "f16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21", "%22")
-FA_WGMMA_STRUCT(__half, "f16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37", "%38")
-FA_WGMMA_STRUCT(__half, "f16", 80, FA_WGMMA_D80, FA_WGMMA_ACC80, "%40", "%41", "%42", "%43", "%44", "%45", "%46")
-FA_WGMMA_STRUCT(__half, "f16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69", "%70")
-FA_WGMMA_STRUCT(__half, "f16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93", "%94")
-FA_WGMMA_STRUCT(__half, "f16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101", "%102")
-FA_WGMMA_STRUCT(__half, "f16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%129", "%130", "%131", "%132", "%133", "%134")
+FA_WGMMA_STRUCT(__half, "f16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21", "%22", "%23")
+FA_WGMMA_STRUCT(__half, "f16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37", "%38", "%39")
+FA_WGMMA_STRUCT(__half, "f16", 80, FA_WGMMA_D80, FA_WGMMA_ACC80, "%40", "%41", "%42", "%43", "%44", "%45", "%46", "%47")
+FA_WGMMA_STRUCT(__half, "f16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69", "%70", "%71")
+FA_WGMMA_STRUCT(__half, "f16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93", "%94", "%95")
+FA_WGMMA_STRUCT(__half, "f16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101", "%102", "%103")
+FA_WGMMA_STRUCT(__half, "f16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%129", "%130", "%131", "%132", "%133", "%134", "%135")
 
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21", "%22")
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37", "%38")
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 80, FA_WGMMA_D80, FA_WGMMA_ACC80, "%40", "%41", "%42", "%43", "%44", "%45", "%46")
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69", "%70")
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93", "%94")
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101", "%102")
-FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%129", "%130", "%131", "%132", "%133", "%134")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 32, FA_WGMMA_D32, FA_WGMMA_ACC32, "%16", "%17", "%18", "%19", "%20", "%21", "%22", "%23")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 64, FA_WGMMA_D64, FA_WGMMA_ACC64, "%32", "%33", "%34", "%35", "%36", "%37", "%38", "%39")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 80, FA_WGMMA_D80, FA_WGMMA_ACC80, "%40", "%41", "%42", "%43", "%44", "%45", "%46", "%47")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 128, FA_WGMMA_D128, FA_WGMMA_ACC128, "%64", "%65", "%66", "%67", "%68", "%69", "%70", "%71")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 176, FA_WGMMA_D176, FA_WGMMA_ACC176, "%88", "%89", "%90", "%91", "%92", "%93", "%94", "%95")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 192, FA_WGMMA_D192, FA_WGMMA_ACC192, "%96", "%97", "%98", "%99", "%100", "%101", "%102", "%103")
+FA_WGMMA_STRUCT(__nv_bfloat16, "bf16", 256, FA_WGMMA_D256, FA_WGMMA_ACC256, "%128", "%129", "%130", "%131", "%132", "%133", "%134", "%135")
 
 #undef FA_WGMMA_R32
 #undef FA_WGMMA_D32
