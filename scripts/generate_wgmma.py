@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes csrc/cuda/wgmma_ops.cuh: the inline-PTX wgmma.mma_async wrappers (m64nNk16, fp16 / bf16 in,
-fp32 accumulators) for N = 32, 64, 80, 128, 176, 192, 256, in the two forms the sm_90 kernels use:
+fp32 accumulators) for N = 32, 64, 80, 128, 176, 192, 256, in the forms the sm_90 kernels use:
   ss<TA, TB>: A and B from shared memory; TA / TB = 1 reads that operand MN-major (transpose bit)
   rs<TB>: A from registers, B from shared memory, MN-major (TB = 1, the default: V of O = P V) or
       K-major (TB = 0: K of S = Q K^T with Q held in registers)
+  rs_if<TB>: rs under a guard predicate (issued only where `enable` is non-zero, the same value in the
+      whole warpgroup): the forward's trimmed P V of the causal diagonal
 Each asm statement lists all N/2 accumulator registers, which is why the file is generated.
 The file is committed: the build never runs Python.
 Usage: python3 scripts/generate_wgmma.py [--check]
