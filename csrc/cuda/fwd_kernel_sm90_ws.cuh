@@ -43,6 +43,9 @@
 #ifndef FA_WS_SPLIT_O
 #define FA_WS_SPLIT_O 1  // CMake option FA_WS_SPLIT_O (default ON; OFF for comparisons): see Sm90WsTraits::kHalfO
 #endif
+#ifndef FA_WS_SKIP_IDLE_WG
+#define FA_WS_SKIP_IDLE_WG 0  // CMake option (default OFF; prepared, not measured): see kSkipIdle in the consumer
+#endif
 #ifndef FA_WS_QREG
 #define FA_WS_QREG 1  // CMake option FA_WS_QREG (default ON; OFF for comparisons): see Sm90WsTraits::kQReg
 #endif
@@ -595,10 +598,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     float* const sf = &s[0][0][0];
     float* const of = &o[0][0][0];
 
+    // FA_WS_SKIP_IDLE_WG (dense / packed kernels with Q in registers): a warpgroup whose rows all lie
+    // past the sequence's last query (the second warpgroup of a packed sequence's last row block,
+    // where 64 or fewer rows remain) issues none of its wgmmas: its turns, waits and releases run as
+    // before, its softmax works on stale scores, and the epilogue stores none of its rows.
+    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && Tr::kQReg && !kPaged;
+    const int act = kSkipIdle ? (row0 + cw * 64 < Nq) : 1;
     auto issue_s = [&](int stage) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        if constexpr (Tr::kQReg)
+        if constexpr (kSkipIdle)
+          sm90::Wgmma<T, BN>::template rs_if<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0, act);
+        else if constexpr (Tr::kQReg)
           sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
         else
           sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
@@ -611,7 +622,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       if constexpr (BN == 128) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          if constexpr (Tr::kQReg)
+          if constexpr (kSkipIdle)
+            sm90::Wgmma<T, BN / 2>::template rs_if<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0, act);
+          else if constexpr (Tr::kQReg)
             sm90::Wgmma<T, BN / 2>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
           else
             sm90::Wgmma<T, BN / 2>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
@@ -624,7 +637,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     auto issue_pv = [&](int stage, int accumulate, int hi) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        if (BN != 128 || kPaged || kk < BN / 32)
+        if (kSkipIdle)
+          sm90::Wgmma<T, D>::rs_if(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0),
+                                   (BN != 128 || kk < BN / 32) ? act : (hi & act));
+        else if (BN != 128 || kPaged || kk < BN / 32)
           sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
         else
           sm90::Wgmma<T, D>::rs_if(of, p[kk], dV + stage * kStageDesc + kk * vstep16, 1, hi);
