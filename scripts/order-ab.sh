@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device call: the packed and paged prefill with the batch's longest sequence first / in the middle /
 # last, short batches, and 64 sequences, through two addons in turns (this tree's build/Release and
-# AB_HEAD, an .xz or .node of the build before), then the dense forward A/B (gpu-run.sh fwd-ab).
-# Logs in $OUT. Usage on the GPU host: OUT=... AB_HEAD=.devbin/head/x.xz bash scripts/order-ab.sh
+# AB_HEAD, an .xz or .node of the build before), AB_ROUNDS_ORDER rounds (default "1 2"). The dense
+# forward's A/B is a separate step (gpu-run.sh fwd-ab). Logs in $OUT. Usage on the GPU host: OUT=... AB_HEAD=.devbin/head/x.xz bash scripts/order-ab.sh
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 source .gpu/env.sh

@@ -353,7 +353,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     pdl_launch_dependents();
   }
 
-
   // Persistent loop (ta.ctas blocks, at most one per SM): block i starts with tile i, then takes
   // the next tile from a counter in global memory (tile order as the hardware would run one block
   // per tile: row blocks of a head together, the longest first under a causal mask; a packed or
@@ -637,7 +636,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     auto issue_pv = [&](int stage, int accumulate, int hi) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        if (kSkipIdle)
+        if constexpr (kSkipIdle)
           sm90::Wgmma<T, D>::rs_if(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0),
                                    (BN != 128 || kk < BN / 32) ? act : (hi & act));
         else if (BN != 128 || kPaged || kk < BN / 32)
