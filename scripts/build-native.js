@@ -17,8 +17,8 @@
 //   FA_WS_LPT       1: development build whose causal warp-specialised forward hands out its tiles
 //                   longest first within L2-sized sections (ws_coord; FA_WS_LPT_MB=n at run time)
 //   FA_WS_QREG      default 1: the D <= 128 warp-specialised forward holds Q in registers (kQReg); 0 for comparisons
-//   FA_WS_SKIP_IDLE_WG 1: development build whose dense / packed warp-specialised forward issues no wgmmas
-//                   for a warpgroup whose rows all lie past the sequence's end (prepared, not measured)
+//   FA_WS_SKIP_IDLE_WG default 1: in the dense / packed warp-specialised forward a warpgroup whose rows all
+//                   lie past the sequence's end walks the tile without products (kSkipIdle); 0 for comparisons
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -42,7 +42,7 @@ const settings = {
   FA_WS_SPLIT_O: /^(0|off|false|no)$/i.test(opt('FA_WS_SPLIT_O', '')) ? 'OFF' : 'ON',
   FA_WS_LPT: /^(1|on|true|yes)$/i.test(opt('FA_WS_LPT', '')) ? 'ON' : 'OFF',
   FA_WS_QREG: /^(0|off|false|no)$/i.test(opt('FA_WS_QREG', '')) ? 'OFF' : 'ON',
-  FA_WS_SKIP_IDLE_WG: /^(1|on|true|yes)$/i.test(opt('FA_WS_SKIP_IDLE_WG', '')) ? 'ON' : 'OFF',
+  FA_WS_SKIP_IDLE_WG: /^(0|off|false|no)$/i.test(opt('FA_WS_SKIP_IDLE_WG', '')) ? 'OFF' : 'ON',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

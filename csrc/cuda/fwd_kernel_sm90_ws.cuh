@@ -44,7 +44,7 @@
 #define FA_WS_SPLIT_O 1  // CMake option FA_WS_SPLIT_O (default ON; OFF for comparisons): see Sm90WsTraits::kHalfO
 #endif
 #ifndef FA_WS_SKIP_IDLE_WG
-#define FA_WS_SKIP_IDLE_WG 0  // CMake option (default OFF; prepared, not measured): see kSkipIdle in the consumer
+#define FA_WS_SKIP_IDLE_WG 1  // CMake option FA_WS_SKIP_IDLE_WG (default ON; OFF for comparisons): see kSkipIdle in the consumer
 #endif
 #ifndef FA_WS_QREG
 #define FA_WS_QREG 1  // CMake option FA_WS_QREG (default ON; OFF for comparisons): see Sm90WsTraits::kQReg
@@ -597,18 +597,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     float* const sf = &s[0][0][0];
     float* const of = &o[0][0][0];
 
-    // FA_WS_SKIP_IDLE_WG (dense / packed kernels with Q in registers): a warpgroup whose rows all lie
-    // past the sequence's last query (the second warpgroup of a packed sequence's last row block,
-    // where 64 or fewer rows remain) issues none of its wgmmas: its turns, waits and releases run as
-    // before, its softmax works on stale scores, and the epilogue stores none of its rows.
-    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && Tr::kQReg && !kPaged;
-    const int act = kSkipIdle ? (row0 + cw * 64 < Nq) : 1;
     auto issue_s = [&](int stage) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        if constexpr (kSkipIdle)
-          sm90::Wgmma<T, BN>::template rs_if<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0, act);
-        else if constexpr (Tr::kQReg)
+        if constexpr (Tr::kQReg)
           sm90::Wgmma<T, BN>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
         else
           sm90::Wgmma<T, BN>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
@@ -621,9 +613,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       if constexpr (BN == 128) {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
-          if constexpr (kSkipIdle)
-            sm90::Wgmma<T, BN / 2>::template rs_if<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0, act);
-          else if constexpr (Tr::kQReg)
+          if constexpr (Tr::kQReg)
             sm90::Wgmma<T, BN / 2>::template rs<0>(sf, qf[ks], dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
           else
             sm90::Wgmma<T, BN / 2>::ss(sf, dQ + sm90::kstep(ks, BM), dK + stage * kStageDesc + sm90::kstep(ks, krows), ks > 0);
@@ -636,10 +626,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     auto issue_pv = [&](int stage, int accumulate, int hi) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        if constexpr (kSkipIdle)
-          sm90::Wgmma<T, D>::rs_if(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0),
-                                   (BN != 128 || kk < BN / 32) ? act : (hi & act));
-        else if (BN != 128 || kPaged || kk < BN / 32)
+        if (BN != 128 || kPaged || kk < BN / 32)
           sm90::Wgmma<T, D>::rs(of, p[kk], dV + stage * kStageDesc + kk * vstep16, accumulate | (kk > 0));
         else
           sm90::Wgmma<T, D>::rs_if(of, p[kk], dV + stage * kStageDesc + kk * vstep16, 1, hi);
@@ -711,10 +698,54 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
     };
 
-    // Block 0 of the loop order (key block n_max - 1): S, softmax, P. O needs no initialisation:
-    // the first P V overwrites it.
     int sc = c % S;                // stage of the block before the current one
     uint32_t phc = (c / S) & 1;    // its fill parity
+
+    // A warpgroup whose rows all lie past the sequence's last query (the third warpgroup of a
+    // 192-row tile over a sequence's last 128 or 64 rows, the second of a packed sequence's last
+    // row block with 64 rows or fewer) walks the tile without products: per key block the same
+    // waits, turns and releases as the others, no wgmma, no softmax, no stores, so that the tensor
+    // cores serve the other warpgroups alone. H200 (NOTES-fwd.md, thirty-second session): W 64
+    // with three consumers (D 64 full masks, causal from N 2k) +1.4-6% at N 512-4k, packed calls of
+    // short sequences -2.5% (lengths 60-760) to -19% (5-64 tokens), the dense W 128 / 256 cells
+    // 0.99-1.02. Not in the W 64 two-consumer kernel (the added path cost its causal N 512 / 1k
+    // cells 1-2.6%, where no warpgroup is ever idle in a dense call; its cubin is the one before)
+    // nor the paged ones (their first block's V tail is zeroed under a barrier of all consumer
+    // threads). FA_WS_SKIP_IDLE_WG=0 builds leave it out everywhere (comparisons). (Guards on the
+    // wgmmas themselves, the thirty-first session's first form, made ptxas fence every guarded
+    // wgmma: the packed call 30% slower.)
+    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && !kPaged && !(D == 64 && Tr::kConsumers == 2);
+    if constexpr (kSkipIdle) {
+      if (row0 + cw * 64 >= Nq) {
+        if constexpr (!Tr::kQReg) release(bar_qe);  // (kQReg: released above)
+        mbar_wait(bar_kf + 8 * sc, phc);
+        my_turn();
+        pass_turn();
+        release(bar_ke + 8 * sc);
+        for (int it = 1; it < n_blocks; ++it) {
+          int sn = sc + 1;
+          uint32_t phn = phc;
+          if (sn == S) sn = 0, phn ^= 1u;
+          mbar_wait(bar_kf + 8 * sn, phn);
+          mbar_wait(bar_vf + 8 * sc, phc);
+          my_turn();
+          pass_turn();
+          release(bar_ke + 8 * sn);
+          release(bar_ve + 8 * sc);
+          sc = sn;
+          phc = phn;
+        }
+        mbar_wait(bar_vf + 8 * sc, phc);
+        my_turn();
+        pass_turn();
+        release(bar_ve + 8 * sc);
+        c += n_blocks;
+        continue;
+      }
+    }
+
+    // Block 0 of the loop order (key block n_max - 1): S, softmax, P. O needs no initialisation:
+    // the first P V overwrites it.
     mbar_wait(bar_kf + 8 * sc, phc);
     // The first key block's S where the warpgroup's rows see little of it (win.hi of its last row:
     // one past the last key they see): with 128-key blocks, none of the upper half (warpgroup 0 on

@@ -1,4 +1,5 @@
-// CUDA forward (out and lse) against the float64 reference: 330 random shapes across float16,
+// CUDA forward (out and lse) against the float64 reference: handpicked shapes (last row tiles with
+// idle warpgroups among them) and 330 random shapes across float16,
 // bfloat16 and the float32 path, head dims that are multiples of 8 up to 256 (40, 80, 160
 // included), causal, GQA/MQA, odd lengths up to 1000, Nq != Nk, both layouts. Inputs are uploaded
 // with `await t.to('cuda')`, outputs must live on 'cuda:0' and are downloaded with toFloat32Array.
@@ -32,6 +33,14 @@ const HANDPICKED: AttnCase[] = [];
     HANDPICKED.push(c({ Nq: 257, Nk: 257, D: 256, dtype, H: 2, Hkv: 1, causal: true }, seed++)); // MQA
     HANDPICKED.push(c({ Nq: 129, Nk: 65, D: 72, dtype, scale: 0.02 }, seed++));
     HANDPICKED.push(c({ Nq: 100, Nk: 100, D: 64, dtype, scale: 0.5 }, seed++));
+    // Last row tiles whose last warpgroups hold no row (the Hopper kernel's idle walk): 192-row
+    // tiles at D 64 (320 = 192 + 128, 200 = 192 + 8, 2000 = 10 * 192 + 80), 128-row tiles at D 128
+    // / 256 (130 = 128 + 2, 300 = 256 + 44).
+    HANDPICKED.push(c({ Nq: 320, Nk: 300, D: 64, dtype, H: 2, Hkv: 1 }, seed++));
+    HANDPICKED.push(c({ Nq: 200, Nk: 517, D: 64, dtype, B: 2 }, seed++));
+    HANDPICKED.push(c({ Nq: 2000, Nk: 2000, D: 64, dtype, causal: true }, seed++));
+    HANDPICKED.push(c({ Nq: 130, Nk: 260, D: 128, dtype, H: 2, Hkv: 2 }, seed++));
+    HANDPICKED.push(c({ Nq: 300, Nk: 300, D: 256, dtype, causal: true }, seed++));
   }
 }
 
