@@ -130,10 +130,13 @@ struct Sm90WsTraits {
   // Then the producer's dealing order of a packed or paged batch's sequences (ws_deal_order).
   static constexpr int kOrderOffset = kSlotOffset + 8;
   static constexpr int kSmemBytes = 1024 + kOrderOffset + kWsDealMax;
-  // The producer deals a large packed or paged batch's sequences the most keys first
-  // (ws_deal_order) in every kernel but W 64 with two consumers, whose wgmmas ptxas serialized
-  // (C7511) with the ranking in it (that kernel is the build before's, byte for byte).
-  static constexpr bool kDeal = !(kHeadDim_ == 64 && kConsumers_ == 2);
+  // W 64 with two consumers is left without two later additions, each for its own measured
+  // reason: the dealing order of large packed or paged batches (ws_deal_order: with the ranking in
+  // it ptxas serialized that kernel's wgmmas, C7511) and the idle warpgroup's walk (kSkipIdle in the
+  // consumer: it cost that kernel's dense causal N 512 / 1k cells 1-2.6%).
+  static constexpr bool kPlain = kHeadDim_ == 64 && kConsumers_ == 2;
+  // The producer deals a large packed or paged batch's sequences the most keys first.
+  static constexpr bool kDeal = !kPlain;
   static_assert(sizeof(T) == 2 && (kConsumers == 2 || kConsumers == 3), "fp16 / bf16, two or three consumers");
   static_assert(kStages >= 2, "a ring of at least two stages");
   // setmaxnreg moves registers within the block's launch allocation (168 per thread at 384 threads):
@@ -708,13 +711,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // cores serve the other warpgroups alone. H200 (NOTES-fwd.md, thirty-second session): W 64
     // with three consumers (D 64 full masks, causal from N 2k) +1.4-6% at N 512-4k, packed calls of
     // short sequences -2.5% (lengths 60-760) to -19% (5-64 tokens), the dense W 128 / 256 cells
-    // 0.99-1.02. Not in the W 64 two-consumer kernel (the added path cost its causal N 512 / 1k
-    // cells 1-2.6%, where no warpgroup is ever idle in a dense call; its cubin is the one before)
-    // nor the paged ones (their first block's V tail is zeroed under a barrier of all consumer
-    // threads). FA_WS_SKIP_IDLE_WG=0 builds leave it out everywhere (comparisons). (Guards on the
-    // wgmmas themselves, the thirty-first session's first form, made ptxas fence every guarded
-    // wgmma: the packed call 30% slower.)
-    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && !kPaged && !(D == 64 && Tr::kConsumers == 2);
+    // 0.99-1.02. Not in the W 64 two-consumer kernel (Tr::kPlain: where no warpgroup is ever idle
+    // in a dense call, the added path cost it 1-2.6%) nor the paged ones (their first block's V
+    // tail is zeroed under a barrier of all consumer threads). FA_WS_SKIP_IDLE_WG=0 builds leave it
+    // out everywhere (comparisons). (Guards on the wgmmas themselves, the thirty-first session's
+    // first form, made ptxas fence every guarded wgmma: the packed call 30% slower.)
+    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && !kPaged && !Tr::kPlain;
     if constexpr (kSkipIdle) {
       if (row0 + cw * 64 >= Nq) {
         if constexpr (!Tr::kQReg) release(bar_qe);  // (kQReg: released above)
