@@ -17,7 +17,7 @@
 //   FA_WS_LPT       1: development build whose causal warp-specialised forward hands out its tiles
 //                   longest first within L2-sized sections (ws_coord; FA_WS_LPT_MB=n at run time)
 //   FA_WS_QREG      default 1: the D <= 128 warp-specialised forward holds Q in registers (kQReg); 0 for comparisons
-//   FA_WS_SKIP_IDLE_WG default 1: in the dense / packed warp-specialised forward a warpgroup whose rows all
+//   FA_WS_SKIP_IDLE_WG default 1: in the dense / packed / paged warp-specialised forward a warpgroup whose rows all
 //                   lie past the sequence's end walks the tile without products (kSkipIdle); 0 for comparisons
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.

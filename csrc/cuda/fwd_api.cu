@@ -156,7 +156,9 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       // Queries that fit one 128-row tile (the tiny calls of issue 10's per-call cost) take two:
       // the third warpgroup would hold only rows past the end, and a 512-thread block with a
       // 192-row Q tile starts later than a 384-thread one.
-      const bool three = W == 64 && !(a.causal && a.seqlen_q <= 1024) && a.seqlen_q > 128;
+      // FA_WS_W64_TWO_MAX=n moves the causal bound (comparisons).
+      static const int w64_two_max = env_int("FA_WS_W64_TWO_MAX", 1024);
+      const bool three = W == 64 && !(a.causal && a.seqlen_q <= w64_two_max) && a.seqlen_q > 128;
       // W 128, dense or packed, no window on either side, from 8192 keys: key tiles of 176 (FA3's
       // choice there; fewer softmax rounds and ping-pong turns per key, but O staged through Q's
       // buffer, or a half-width one of its own with FA_WS_SPLIT_O, the default). H200 A/B in one run

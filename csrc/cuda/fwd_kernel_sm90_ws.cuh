@@ -711,12 +711,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // cores serve the other warpgroups alone. H200 (NOTES-fwd.md, thirty-second session): W 64
     // with three consumers (D 64 full masks, causal from N 2k) +1.4-6% at N 512-4k, packed calls of
     // short sequences -2.5% (lengths 60-760) to -19% (5-64 tokens), the dense W 128 / 256 cells
-    // 0.99-1.02. Not in the W 64 two-consumer kernel (Tr::kPlain: where no warpgroup is ever idle
-    // in a dense call, the added path cost it 1-2.6%) nor the paged ones (their first block's V
-    // tail is zeroed under a barrier of all consumer threads). FA_WS_SKIP_IDLE_WG=0 builds leave it
-    // out everywhere (comparisons). (Guards on the wgmmas themselves, the thirty-first session's
-    // first form, made ptxas fence every guarded wgmma: the packed call 30% slower.)
-    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && !kPaged && !Tr::kPlain;
+    // 0.99-1.02; paged prefill (thirty-third session) -2 to -7% on batches of short sequences. In
+    // the paged kernels the walk takes its share of the first block's V-tail zeros (zero_tail: a
+    // barrier of all consumer threads) where the others do. Not in the W 64 two-consumer kernel
+    // (Tr::kPlain: where no warpgroup is ever idle in a dense call, the added path cost it 1-2.6%).
+    // FA_WS_SKIP_IDLE_WG=0 builds leave it out everywhere (comparisons). (Guards on the wgmmas
+    // themselves, the thirty-first session's first form, made ptxas fence every guarded wgmma: the
+    // packed call 30% slower.)
+    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && !Tr::kPlain;
     if constexpr (kSkipIdle) {
       if (row0 + cw * 64 >= Nq) {
         if constexpr (!Tr::kQReg) release(bar_qe);  // (kQReg: released above)
@@ -730,6 +732,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           if (sn == S) sn = 0, phn ^= 1u;
           mbar_wait(bar_kf + 8 * sn, phn);
           mbar_wait(bar_vf + 8 * sc, phc);
+          if (it == 1) zero_tail(sc);  // (paged: its share of the zeros, and the barrier of all consumers)
           my_turn();
           pass_turn();
           release(bar_ke + 8 * sn);
@@ -738,6 +741,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           phc = phn;
         }
         mbar_wait(bar_vf + 8 * sc, phc);
+        if (n_blocks == 1) zero_tail(sc);
         my_turn();
         pass_turn();
         release(bar_ve + 8 * sc);

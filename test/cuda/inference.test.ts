@@ -86,6 +86,19 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
   const prefill = pagedCases(8303, 800, { maxBefore: 700, maxFresh: 420, Ds: [40, 64, 96, 128, 200, 256], maxB: 4, gpu: true, pageSizes: [8, 16, 24, 32, 48, 128, 256, 512] })
     .filter((c) => c.dtype !== 'float32' && Math.max(...c.fresh) > 130 && cost(c) < 2e8).slice(0, 36);
   for (const c of prefill) it(`prefill: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+  // Prefill sequences whose last row block holds 64 rows or fewer (the second consumer warpgroup
+  // then has no row and walks the tile without products, taking its share of the V-tail zeros),
+  // some ending inside a page (the NaN rows past the end): 1-4 key blocks per tile, both masks,
+  // head dims 64 / 128 / 256, pages in random order.
+  const idleWalk: PagedCase[] = [
+    { seed: 70, before: [37, 300, 0, 5], fresh: [60, 130, 190, 17], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'float16', causal: true },
+    { seed: 71, before: [200, 0, 91], fresh: [64, 129, 250], pageSize: 8, H: 4, Hkv: 4, D: 128, dtype: 'bfloat16' },
+    { seed: 72, before: [11, 400], fresh: [40, 190], pageSize: 64, H: 4, Hkv: 2, D: 256, dtype: 'float16', causal: true },
+    { seed: 73, before: [0, 130, 60], fresh: [65, 20, 130], pageSize: 32, H: 4, Hkv: 1, D: 256, dtype: 'bfloat16', window: [100, 0] },
+    { seed: 74, before: [300, 7], fresh: [200, 390], pageSize: 16, H: 8, Hkv: 2, D: 64, dtype: 'float16' },
+    { seed: 75, before: [0, 250], fresh: [330, 70], pageSize: 24, H: 6, Hkv: 3, D: 64, dtype: 'bfloat16', causal: true, softcap: 20 },
+  ];
+  for (const c of idleWalk) it(`prefill, idle warpgroup: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Host index arrays give the fewest queries of a non-empty sequence: where every such sequence
   // packs more rows (queries x GQA group) than the decode kernel takes (16), the prefill kernel
   // alone runs and takes them all; at 16 rows both kernels run. Empty sequences beside them; the
