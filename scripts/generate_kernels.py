@@ -71,8 +71,14 @@ def ws_instances(dtype, w, paged):
     # paged W 128 / 256: also the kernel of the grouped stage layout (one box per page; the head dim
     # fills the tile), the last template argument
     grouped = [""] + ([", true"] if paged == "true" and w >= 128 else [])
+    # W 64 with two consumers: packed calls also take the instantiation with the idle warpgroup's
+    # walk (the last template argument); paged calls take only that one
+    def tails(c):
+        if w == 64 and c == 2:
+            return [", false, true"] if paged == "true" else ["", ", false, true"]
+        return grouped
     return "".join(f"template fa_status run_fwd_sm90_ws<{TYPES[dtype]}, {w}, {c}, {paged}, {n}{g}>(FwdTmaArgs, cudaStream_t);\n"
-                   for c, n in shapes for g in grouped)
+                   for c, n in shapes for g in tails(c))
 
 
 def files():

@@ -22,7 +22,8 @@ const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.lengt
 
 async function main() {
   const pageSizes = process.argv.slice(2).map(Number).filter((x) => x > 0);
-  const H = 16, D = 128;
+  // PROBE_H / PROBE_D: other heads / head dim (default the bench's 16 / 128)
+  const H = Number(process.env.PROBE_H || 16), D = Number(process.env.PROBE_D || 128);
   // PROBE_LENS=a,b,...: other sequence lengths (default the varlen bench's, longest first)
   const lens = process.env.PROBE_LENS ? process.env.PROBE_LENS.split(',').map(Number) : [8192, 3000, 1800, 1200, 700, 500, 300, 200, 150, 100, 242];
   const B = lens.length;

@@ -217,7 +217,14 @@ bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st)
       }
       constexpr int BN = sm90_ws_block_n(W);
       if constexpr (W == 64) {
-        *st = three ? run_fwd_sm90_ws<T, W, 3, kPaged, BN>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
+        // (two consumers, packed or paged: the instantiation with the idle warpgroup's walk, where a
+        // sequence's last row tile holding 64 rows or fewer leaves the second warpgroup nothing to do)
+        if constexpr (kPaged)
+          *st = three ? run_fwd_sm90_ws<T, W, 3, true, BN>(ta, s) : run_fwd_sm90_ws<T, W, 2, true, BN, false, true>(ta, s);
+        else
+          *st = three                     ? run_fwd_sm90_ws<T, W, 3, false, BN>(ta, s)
+                : a.cu_seqlens_q != nullptr ? run_fwd_sm90_ws<T, W, 2, false, BN, false, true>(ta, s)
+                                            : run_fwd_sm90_ws<T, W, 2, false, BN>(ta, s);
       } else if constexpr (W == 128 && !kPaged) {
         *st = long_keys ? run_fwd_sm90_ws<T, W, 2, kPaged, 176>(ta, s) : run_fwd_sm90_ws<T, W, 2, kPaged, BN>(ta, s);
       } else if constexpr (W == 256 && !kPaged) {

@@ -98,7 +98,9 @@ constexpr int sm90_ws_block_n(int width) { return width >= 192 ? 64 : 128; }
 // K/V, fwd_sm90ws_paged_<dtype>_hdim<W>.cu (W = 64, 128, 256).
 // kBlockN: keys per K / V tile, sm90_ws_block_n(kHeadDim) or, dense or packed, 176 (W 128) / 80 (W 256).
 // kGrouped: paged W 128 / 256 with K and V in the grouped stage layout (FwdTmaArgs::kv_rows = 8).
-template <typename T, int kHeadDim, int kConsumers, bool kPaged, int kBlockN, bool kGrouped = false>
+// kWalk: W 64 with two consumers, packed or paged calls: the kernel with the idle warpgroup's walk
+// (kSkipIdle in fwd_kernel_sm90_ws.cuh; the dense calls keep the kernel without it).
+template <typename T, int kHeadDim, int kConsumers, bool kPaged, int kBlockN, bool kGrouped = false, bool kWalk = false>
 fa_status run_fwd_sm90_ws(FwdTmaArgs args, cudaStream_t stream);
 // Decode kernel geometry: packed (token, query head) rows per kv head, and keys per split granule.
 constexpr int kDecodeRows = 16;

@@ -292,7 +292,7 @@ __device__ __forceinline__ long long clock_after(uint32_t dep) {
 // = 8) as a compile-time fact, so that their wgmma descriptors are constants. Chosen at run time, it
 // put ~17 more (mostly uniform) instructions in each consumer step, whose count the paged kernel's
 // time followed (H200 ncu: 525 instructions per step against the packed kernel's 490, 5% more cycles).
-template <class Tr, bool kPaged, bool kGrouped = false>
+template <class Tr, bool kPaged, bool kGrouped = false, bool kWalk = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __grid_constant__ FwdTmaArgs ta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
@@ -713,12 +713,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // short sequences -2.5% (lengths 60-760) to -19% (5-64 tokens), the dense W 128 / 256 cells
     // 0.99-1.02; paged prefill (thirty-third session) -2 to -7% on batches of short sequences. In
     // the paged kernels the walk takes its share of the first block's V-tail zeros (zero_tail: a
-    // barrier of all consumer threads) where the others do. Not in the W 64 two-consumer kernel
-    // (Tr::kPlain: where no warpgroup is ever idle in a dense call, the added path cost it 1-2.6%).
+    // barrier of all consumer threads) where the others do. The W 64 two-consumer kernel (Tr::kPlain)
+    // has it only in its packed / paged instantiation (kWalk): a dense call at the N it runs never
+    // has an idle warpgroup, and the added path cost its dense causal N 512 / 1k cells 1-2.6%.
     // FA_WS_SKIP_IDLE_WG=0 builds leave it out everywhere (comparisons). (Guards on the wgmmas
     // themselves, the thirty-first session's first form, made ptxas fence every guarded wgmma: the
     // packed call 30% slower.)
-    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && !Tr::kPlain;
+    constexpr bool kSkipIdle = FA_WS_SKIP_IDLE_WG && (!Tr::kPlain || kWalk);
     if constexpr (kSkipIdle) {
       if (row0 + cw * 64 >= Nq) {
         if constexpr (!Tr::kQReg) release(bar_qe);  // (kQReg: released above)

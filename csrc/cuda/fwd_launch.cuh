@@ -203,11 +203,11 @@ void ws_trace_report(cudaStream_t stream, void* trace) {
 
 // The warp-specialised Hopper kernel (dense, packed or paged fp16 / bf16; fwd_api.cu encodes the
 // tensor maps).
-template <typename T, int W, int C, bool kPaged, int BN, bool kGrouped>
+template <typename T, int W, int C, bool kPaged, int BN, bool kGrouped, bool kWalk>
 fa_status run_fwd_sm90_ws(FwdTmaArgs ta, cudaStream_t stream) {
   using Tr = Sm90WsTraits<T, W, C, BN>;
   static std::atomic<bool> smem_ready[kMaxDevices];
-  const auto kernel = &fwd_kernel_sm90_ws<Tr, kPaged, kGrouped>;
+  const auto kernel = &fwd_kernel_sm90_ws<Tr, kPaged, kGrouped, kWalk>;
   FwdArgs& a = ta.f;
   a.num_m_blocks = (a.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
   const int64_t blocks = static_cast<int64_t>(a.num_m_blocks) * a.heads * a.batch;

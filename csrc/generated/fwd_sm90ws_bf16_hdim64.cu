@@ -5,6 +5,7 @@
 namespace fa {
 namespace cuda {
 template fa_status run_fwd_sm90_ws<__nv_bfloat16, 64, 2, false, 128>(FwdTmaArgs, cudaStream_t);
+template fa_status run_fwd_sm90_ws<__nv_bfloat16, 64, 2, false, 128, false, true>(FwdTmaArgs, cudaStream_t);
 template fa_status run_fwd_sm90_ws<__nv_bfloat16, 64, 3, false, 128>(FwdTmaArgs, cudaStream_t);
 }  // namespace cuda
 }  // namespace fa

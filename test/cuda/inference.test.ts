@@ -49,6 +49,19 @@ describeGpu('CUDA: variable-length batches', () => {
       dtype: 'float16', causal: true },
   ];
   for (const c of order) it(`forward, batch order: ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
+  // Sequences whose last row tile holds 64 rows or fewer (the Hopper kernel's second warpgroup has
+  // no row there and walks the tile without products), under a causal mask with no sequence past
+  // 1024 tokens (D 64: the two-consumer kernel's packed instantiation) and beside longer ones (D 64
+  // three consumers, D 128, D 256), more keys than queries in some.
+  const idleWalk: VarlenCase[] = [
+    { seed: 60, lensQ: [60, 130, 200, 1, 64, 65], lensK: [60, 130, 200, 1, 64, 65], H: 4, Hkv: 2, D: 64, dtype: 'float16', causal: true },
+    { seed: 61, lensQ: [129, 20, 0, 1000], lensK: [300, 20, 0, 1000], H: 3, Hkv: 1, D: 64, dtype: 'bfloat16', causal: true, deviceIndex: true },
+    { seed: 62, lensQ: [5, 33, 250], lensK: [5, 40, 250], H: 4, Hkv: 4, D: 64, dtype: 'float16', causal: true, window: [50, 0], softcap: 15 },
+    { seed: 63, lensQ: [1100, 40, 200], lensK: [1100, 40, 200], H: 2, Hkv: 2, D: 64, dtype: 'bfloat16', causal: true },
+    { seed: 64, lensQ: [140, 60, 130], lensK: [140, 60, 130], H: 4, Hkv: 2, D: 128, dtype: 'bfloat16', causal: true },
+    { seed: 65, lensQ: [40, 300], lensK: [40, 300], H: 2, Hkv: 1, D: 256, dtype: 'float16' },
+  ];
+  for (const c of idleWalk) it(`forward, idle warpgroup: ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
 });
 
 describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
@@ -97,6 +110,8 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 73, before: [0, 130, 60], fresh: [65, 20, 130], pageSize: 32, H: 4, Hkv: 1, D: 256, dtype: 'bfloat16', window: [100, 0] },
     { seed: 74, before: [300, 7], fresh: [200, 390], pageSize: 16, H: 8, Hkv: 2, D: 64, dtype: 'float16' },
     { seed: 75, before: [0, 250], fresh: [330, 70], pageSize: 24, H: 6, Hkv: 3, D: 64, dtype: 'bfloat16', causal: true, softcap: 20 },
+    { seed: 76, before: [0, 50, 300], fresh: [60, 130, 200], pageSize: 16, H: 4, Hkv: 2, D: 64, dtype: 'float16', causal: true },
+    { seed: 77, before: [9, 0, 400], fresh: [20, 190, 129], pageSize: 8, H: 8, Hkv: 2, D: 64, dtype: 'bfloat16', causal: true, window: [150, 0] },
   ];
   for (const c of idleWalk) it(`prefill, idle warpgroup: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Host index arrays give the fewest queries of a non-empty sequence: where every such sequence
