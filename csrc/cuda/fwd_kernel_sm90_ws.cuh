@@ -132,8 +132,9 @@ struct Sm90WsTraits {
   static constexpr int kSmemBytes = 1024 + kOrderOffset + kWsDealMax;
   // W 64 with two consumers is left without two later additions, each for its own measured
   // reason: the dealing order of large packed or paged batches (ws_deal_order: with the ranking in
-  // it ptxas serialized that kernel's wgmmas, C7511) and the idle warpgroup's walk (kSkipIdle in the
-  // consumer: it cost that kernel's dense causal N 512 / 1k cells 1-2.6%).
+  // it ptxas serialized that kernel's wgmmas, C7511) and, in its dense instantiation, the idle
+  // warpgroup's walk (kSkipIdle in the consumer: it cost the dense causal N 512 / 1k cells 1-2.6%;
+  // the packed / paged instantiation, kWalk, has it).
   static constexpr bool kPlain = kHeadDim_ == 64 && kConsumers_ == 2;
   // The producer deals a large packed or paged batch's sequences the most keys first.
   static constexpr bool kDeal = !kPlain;
@@ -714,8 +715,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // 0.99-1.02; paged prefill (thirty-third session) -2 to -7% on batches of short sequences. In
     // the paged kernels the walk takes its share of the first block's V-tail zeros (zero_tail: a
     // barrier of all consumer threads) where the others do. The W 64 two-consumer kernel (Tr::kPlain)
-    // has it only in its packed / paged instantiation (kWalk): a dense call at the N it runs never
-    // has an idle warpgroup, and the added path cost its dense causal N 512 / 1k cells 1-2.6%.
+    // has it only in its packed / paged instantiation (kWalk): a dense call has an idle warpgroup
+    // there only in its last row tile and only where N % 128 is in 1..64, and the added path cost the
+    // dense causal N 512 / 1k cells 1-2.6%.
     // FA_WS_SKIP_IDLE_WG=0 builds leave it out everywhere (comparisons). (Guards on the wgmmas
     // themselves, the thirty-first session's first form, made ptxas fence every guarded wgmma: the
     // packed call 30% slower.)

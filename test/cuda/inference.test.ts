@@ -109,7 +109,9 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
     { seed: 72, before: [11, 400], fresh: [40, 190], pageSize: 64, H: 4, Hkv: 2, D: 256, dtype: 'float16', causal: true },
     { seed: 73, before: [0, 130, 60], fresh: [65, 20, 130], pageSize: 32, H: 4, Hkv: 1, D: 256, dtype: 'bfloat16', window: [100, 0] },
     { seed: 74, before: [300, 7], fresh: [200, 390], pageSize: 16, H: 8, Hkv: 2, D: 64, dtype: 'float16' },
-    { seed: 75, before: [0, 250], fresh: [330, 70], pageSize: 24, H: 6, Hkv: 3, D: 64, dtype: 'bfloat16', causal: true, softcap: 20 },
+    { seed: 75, before: [0, 250], fresh: [320, 60], pageSize: 24, H: 6, Hkv: 3, D: 64, dtype: 'bfloat16', causal: true, softcap: 20 },
+    // (a query count past 1024 under a causal mask: D 64 on three consumers)
+    { seed: 78, before: [0, 30], fresh: [1100, 40], pageSize: 16, H: 2, Hkv: 1, D: 64, dtype: 'float16', causal: true },
     { seed: 76, before: [0, 50, 300], fresh: [60, 130, 200], pageSize: 16, H: 4, Hkv: 2, D: 64, dtype: 'float16', causal: true },
     { seed: 77, before: [9, 0, 400], fresh: [20, 190, 129], pageSize: 8, H: 8, Hkv: 2, D: 64, dtype: 'bfloat16', causal: true, window: [150, 0] },
   ];
