@@ -588,6 +588,47 @@ Pinned* DeviceContext::TakePinned(size_t bytes) {
 #endif
 }
 
+IndexSlot* DeviceContext::TakeIndexSlot(size_t bytes) {
+#ifdef FA_WITH_CUDA
+  if (index_mode_ < 0) {
+    const char* e = getenv("FA_INDEX_STREAM");
+    index_mode_ = e != nullptr && e[0] == '1' ? 1 : 0;
+  }
+  if (index_mode_ != 1 || bytes > kIndexSlotBytes) return nullptr;
+  if (index_slots_.empty()) {
+    MakeCurrent();
+    cudaStream_t is = nullptr;
+    bool ok = cudaStreamCreateWithFlags(&is, cudaStreamNonBlocking) == cudaSuccess;
+    std::vector<IndexSlot> slots(kIndexSlots);
+    for (IndexSlot& sl : slots) {
+      cudaEvent_t copied = nullptr, done = nullptr;
+      ok = ok && cudaMalloc(&sl.dev, kIndexSlotBytes) == cudaSuccess;
+      ok = ok && cudaEventCreateWithFlags(&copied, cudaEventDisableTiming) == cudaSuccess;
+      sl.copied = copied;
+      ok = ok && cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess;
+      sl.done = done;
+    }
+    if (!ok) {
+      for (IndexSlot& sl : slots) {
+        if (sl.dev) cudaFree(sl.dev);
+        if (sl.copied) cudaEventDestroy(static_cast<cudaEvent_t>(sl.copied));
+        if (sl.done) cudaEventDestroy(static_cast<cudaEvent_t>(sl.done));
+      }
+      if (is) cudaStreamDestroy(is);
+      cudaGetLastError();
+      index_mode_ = 0;
+      return nullptr;
+    }
+    index_stream_ = is;
+    index_slots_ = std::move(slots);
+  }
+  return &index_slots_[index_next_++ % index_slots_.size()];
+#else
+  (void)bytes;
+  return nullptr;
+#endif
+}
+
 void DeviceContext::ReturnPinned(Pinned* p) {
   if (p) pinned_free_[p->cls].push_back(p);
 }
@@ -685,6 +726,17 @@ void DeviceContext::Shutdown() {
   live_ = nullptr;
   cudaStreamSynchronize(s);
   cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+  if (index_stream_ != nullptr) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(index_stream_));
+    for (IndexSlot& sl : index_slots_) {
+      cudaFree(sl.dev);
+      cudaEventDestroy(static_cast<cudaEvent_t>(sl.copied));
+      cudaEventDestroy(static_cast<cudaEvent_t>(sl.done));
+    }
+    index_slots_.clear();
+    cudaStreamDestroy(static_cast<cudaStream_t>(index_stream_));
+    index_stream_ = nullptr;
+  }
   while (!pinned_busy_.empty()) {
     pinned_free_[pinned_busy_.front()->cls].push_back(pinned_busy_.front());
     pinned_busy_.pop_front();

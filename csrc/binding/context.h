@@ -77,6 +77,14 @@ struct DevAlloc {
   DevAlloc* next = nullptr;
 };
 
+// A device buffer that one call's host index arrays are copied into on the index stream
+// (FA_INDEX_STREAM=1, development: DeviceContext::TakeIndexSlot).
+struct IndexSlot {
+  void* dev = nullptr;
+  void* copied = nullptr;  // cudaEvent_t: recorded on the index stream after the copy into dev
+  void* done = nullptr;    // cudaEvent_t: recorded on the stream after the kernels that read dev
+};
+
 // A page-locked host buffer for small transfers.
 struct Pinned {
   void* ptr = nullptr;
@@ -189,6 +197,17 @@ class DeviceContext {
   // (p->recorded) and that event completed.
   void RetirePinnedQueued(Pinned* p);
 
+  // FA_INDEX_STREAM=1 (development, off by default): a call's host index arrays go to one of
+  // kIndexSlots device buffers with a copy on a stream of their own, which the call's stream waits
+  // for (an event) instead of holding the copy in its own order; a slot is reused once the kernels
+  // of the call before that used it are done (its `done` event, waited for on the index stream).
+  // JS thread. nullptr: off, more than kIndexSlotBytes, or the set-up failed (the staged copy on the
+  // stream then, as by default).
+  static constexpr int kIndexSlots = 8;
+  static constexpr size_t kIndexSlotBytes = size_t(64) << 10;
+  IndexSlot* TakeIndexSlot(size_t bytes);
+  void* index_stream() const { return index_stream_; }
+
   // Pool figures: bytes in use, bytes reserved from the driver, peak in use.
   void MemoryStats(double* allocated, double* reserved, double* peak);
   void ResetPeak();
@@ -220,6 +239,10 @@ class DeviceContext {
   napi_env env_ = nullptr;
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
+  void* index_stream_ = nullptr;  // FA_INDEX_STREAM=1: created with the slots, on first use
+  std::vector<IndexSlot> index_slots_;
+  size_t index_next_ = 0;
+  int index_mode_ = -1;  // FA_INDEX_STREAM, read on first use
   void* pool_ = nullptr;
   std::string sticky_;
   bool shut_down_ = false;

@@ -442,17 +442,34 @@ struct HostCopy {
   void* dst = nullptr;
   Pinned* pin = nullptr;
   size_t bytes = 0;
+  IndexSlot* slot = nullptr;  // FA_INDEX_STREAM=1: dst is this slot's buffer, copied on `istream`
+  void* istream = nullptr;
   // The copy and the staging buffer's event (the buffer is reused once it completes). Returns the
-  // error message ("" on success) and, in *code, the CUDA error.
+  // error message ("" on success) and, in *code, the CUDA error. With a slot: on the index stream,
+  // after the kernels of the slot's last call, and the call's stream waits for the copy.
   std::string Issue(cudaStream_t s, int* code) const {
     if (pin == nullptr) return "";
-    cudaError_t e = cudaMemcpyAsync(dst, pin->ptr, bytes, cudaMemcpyHostToDevice, s);
-    if (e == cudaSuccess) e = cudaEventRecord(static_cast<cudaEvent_t>(pin->event), s);
+    cudaError_t e = cudaSuccess;
+    if (slot != nullptr) {
+      cudaStream_t is = static_cast<cudaStream_t>(istream);
+      e = cudaStreamWaitEvent(is, static_cast<cudaEvent_t>(slot->done), 0);
+      if (e == cudaSuccess) e = cudaMemcpyAsync(dst, pin->ptr, bytes, cudaMemcpyHostToDevice, is);
+      if (e == cudaSuccess) e = cudaEventRecord(static_cast<cudaEvent_t>(pin->event), is);
+      if (e == cudaSuccess) e = cudaEventRecord(static_cast<cudaEvent_t>(slot->copied), is);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(slot->copied), 0);
+    } else {
+      e = cudaMemcpyAsync(dst, pin->ptr, bytes, cudaMemcpyHostToDevice, s);
+      if (e == cudaSuccess) e = cudaEventRecord(static_cast<cudaEvent_t>(pin->event), s);
+    }
     pin->recorded.store(true, std::memory_order_release);
     if (e == cudaSuccess) return "";
     cudaGetLastError();
     *code = static_cast<int>(e);
     return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e) + " (copying index arrays)";
+  }
+  // After the call's kernels are queued: the slot is free for reuse once they are done.
+  void Done(cudaStream_t s) const {
+    if (slot != nullptr && cudaEventRecord(static_cast<cudaEvent_t>(slot->done), s) != cudaSuccess) cudaGetLastError();
   }
 };
 
@@ -471,7 +488,10 @@ struct IndexStaging {
   std::string Submit(DeviceContext* ctx, cudaStream_t stream, F f) {
     std::string err = ctx->Submit([hc = copy, stream, f](int* code) -> std::string {
       std::string e = hc.Issue(stream, code);
-      return e.empty() ? f(code) : e;
+      if (!e.empty()) return e;
+      std::string r = f(code);
+      hc.Done(stream);
+      return r;
     });
     taken = true;
     return err;
@@ -502,9 +522,17 @@ struct IndexStaging {
     if (host.empty()) return;
     size_t total = 0;
     for (auto& e : host) total += (e.bytes + 15) / 16 * 16;
-    char* dev = static_cast<char*>(cc.Alloc(total, "index arrays"));
-    cc.temps.push_back(dev);
+    // (FA_INDEX_STREAM=1: a slot of the index ring instead of a pool block, where the staged copy
+    // is possible)
+    IndexSlot* slot = cc.ctx->TakeIndexSlot(total);
+    char* dev = slot != nullptr ? static_cast<char*>(slot->dev) : static_cast<char*>(cc.Alloc(total, "index arrays"));
+    if (slot == nullptr) cc.temps.push_back(dev);
     Pinned* pin = cc.ctx->TakePinned(total);
+    if (pin == nullptr && slot != nullptr) {  // no staging buffer: a pool block and the plain copies
+      slot = nullptr;
+      dev = static_cast<char*>(cc.Alloc(total, "index arrays"));
+      cc.temps.push_back(dev);
+    }
     size_t off = 0;
     if (pin != nullptr) {
       for (auto& e : host) {
@@ -512,7 +540,7 @@ struct IndexStaging {
         *e.dst = reinterpret_cast<const int32_t*>(dev + off);
         off += (e.bytes + 15) / 16 * 16;
       }
-      copy = HostCopy{dev, pin, total};
+      copy = HostCopy{dev, pin, total, slot, cc.ctx->index_stream()};
       cc.ctx->RetirePinnedQueued(pin);
     } else {  // over the staging limit: one synchronous copy each (rare: megabytes of indices)
       cudaStream_t s = static_cast<cudaStream_t>(cc.ctx->stream());
