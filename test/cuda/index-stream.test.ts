@@ -2,13 +2,13 @@
 // Int32Array index arrays go to one of eight device buffers through a copy on a stream of their own,
 // which the call's stream waits for; a buffer is reused only after the kernels of the call before
 // that used it are done. This file turns it on for its own process and queues many more calls than
-// there are buffers with no wait between them, each with different index arrays, so that a buffer
-// rewritten while an earlier kernel still reads it would show: every result must equal, bit for bit,
+// there are buffers behind a long call, with no wait between them and different index arrays each, so
+// that a buffer rewritten while an earlier kernel still reads it would show: every result must equal, bit for bit,
 // the same call made with device index tensors (which never take that path). It checks correctness
 // with the switch on, not that the path was taken (the timing A/B does that).
 // Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
 import { expect, it } from 'vitest';
-import { Tensor, appendKV, flashAttentionVarlen, pagedAttention, synchronize } from '../../lib/index';
+import { Tensor, appendKV, flashAttention, flashAttentionVarlen, pagedAttention, synchronize } from '../../lib/index';
 import { Rng, bytesEqual, describeGpu, randomTensor, rawBytes } from '../helpers/reference';
 
 process.env.FA_INDEX_STREAM = '1';  // read by the native context at its first host index array
@@ -29,6 +29,16 @@ function split(rng: Rng, total: number, parts: number): number[] {
 }
 const prefix = (lens: number[]) => Int32Array.from({ length: lens.length + 1 }, (_, i) => lens.slice(0, i).reduce((a, b) => a + b, 0));
 
+// A long call queued first, so that the calls after it pile up behind it on the stream while their
+// index copies (on the index stream) run ahead: the ninth call's copy must wait for the first call's
+// kernels, which run only after this one (without the slots' `done` waits it would overwrite the
+// first call's indices before they are read).
+async function blocker(): Promise<void> {
+  const x = await Tensor.zeros([1, 8192, 16, 128], { dtype: 'float16', device: 'cuda' });
+  const r = await flashAttention(x, x, x);
+  for (const t of [x, r.out, r.lse]) t.dispose();  // (safe while queued work still uses them)
+}
+
 describeGpu('CUDA: host index arrays through the index stream (FA_INDEX_STREAM=1)', () => {
   it('40 packed calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
     const rng = new Rng(7001);
@@ -38,6 +48,7 @@ describeGpu('CUDA: host index arrays through the index stream (FA_INDEX_STREAM=1
     const v = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
     const cus = Array.from({ length: 40 }, () => prefix(split(rng, T, rng.int(2, 12))));
     const host = [];
+    await blocker();
     for (const cu of cus) host.push(await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, causal: true }));
     // (the maximum lengths as the host path works them out: they choose the kernel and the grid)
     const ref = [];
@@ -83,6 +94,7 @@ describeGpu('CUDA: host index arrays through the index stream (FA_INDEX_STREAM=1
     for (const side of [0, 1]) {
       const [kc, vc] = caches[side];
       const res = [];
+      await blocker();
       for (const st of steps) {
         const cuNew = prefix(st.fresh);
         const before = Int32Array.from(st.before);
