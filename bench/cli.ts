@@ -442,66 +442,81 @@ async function serveBench(): Promise<string[]> {
   const layers = 32, seqs = 64, H = 32, Hkv = 8, D = 128, page = 16;
   const maxLen = 4096;
   const pagesPerLayer = Math.ceil((seqs * maxLen) / page) + seqs;
-  let seed = 12345;
-  const rnd = () => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; return seed / 2 ** 32; };
   const kc: Tensor[] = [], vc: Tensor[] = [];
   for (let l = 0; l < layers; l++) {
     kc.push(await randomDevice([pagesPerLayer, page, Hkv, D], 'float16', 100 + l));
     vc.push(await randomDevice([pagesPerLayer, page, Hkv, D], 'float16', 200 + l));
   }
-  const free: number[] = [];
-  for (let p = pagesPerLayer - 1; p >= 0; p--) free.push(p);
-  const maxPages = Math.ceil(maxLen / page) + 1;
-  interface Seq { len: number; target: number; pages: number[] }
-  const start = (): Seq => ({ len: 0, target: 256 + Math.floor(rnd() * (maxLen - 512)), pages: [] });
-  const active: Seq[] = Array.from({ length: seqs }, start);
-  // Prefill each sequence's context to a random start length (pages assigned, contents random).
-  for (const s of active) {
-    s.len = Math.floor(rnd() * s.target);
-    while (s.pages.length * page < s.len) s.pages.push(free.pop()!);
-  }
   const q = await randomDevice([seqs, H, D], 'float16', 7);
   const kn = await randomDevice([seqs, Hkv, D], 'float16', 8);
   const vn = await randomDevice([seqs, Hkv, D], 'float16', 9);
-  const cu = Tensor.from(Int32Array.from({ length: seqs + 1 }, (_, i) => i), [seqs + 1]);
-  const cuD = await cu.to('cuda');
-  const step = async () => {
-    const table = new Int32Array(seqs * maxPages);
-    const before = new Int32Array(seqs), after = new Int32Array(seqs);
-    active.forEach((s, b) => {
-      if (s.len >= s.target) {  // finished: free its pages, start a new one
-        for (const p of s.pages) free.push(p);
-        active[b] = start();
-      }
-      const t = active[b];
-      if (t.pages.length * page < t.len + 1) t.pages.push(free.pop()!);
-      t.pages.forEach((p, j) => { table[b * maxPages + j] = p; });
-      before[b] = t.len;
-      after[b] = t.len + 1;
-      t.len += 1;
-    });
-    // Index arrays uploaded once per step, shared by the 32 layers.
-    const [tD, bD, aD] = await Promise.all([Tensor.from(table, [seqs, maxPages]).to('cuda'), Tensor.from(before, [seqs]).to('cuda'),
-      Tensor.from(after, [seqs]).to('cuda')]);
-    const maxK = Math.max(...after);
-    for (let l = 0; l < layers; l++) {
-      await appendKV(kc[l], vc[l], kn, vn, { pageTable: tD, cuSeqlensNew: cuD, seqlensBefore: bD });
-      const r = await pagedAttention(q, kc[l], vc[l], { pageTable: tD, seqlensK: aD, cuSeqlensQ: cuD, maxSeqlenQ: 1, maxSeqlenK: maxK });
-      r.out.dispose(); r.lse.dispose();
+  const cu = Int32Array.from({ length: seqs + 1 }, (_, i) => i);
+  const cuD = await Tensor.from(cu, [seqs + 1]).to('cuda');
+  const maxPages = Math.ceil(maxLen / page) + 1;
+  interface Seq { len: number; target: number; pages: number[] }
+  // One timed loop. hostIndices false: each step's index arrays uploaded once as device tensors and
+  // shared by the 32 layers (what the README recommends); true: the Int32Arrays passed to every call
+  // (each call copies them). The same sequence of steps either way (the state restarts from the seed).
+  const loop = async (hostIndices: boolean) => {
+    let seed = 12345;
+    const rnd = () => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; return seed / 2 ** 32; };
+    const free: number[] = [];
+    for (let p = pagesPerLayer - 1; p >= 0; p--) free.push(p);
+    const start = (): Seq => ({ len: 0, target: 256 + Math.floor(rnd() * (maxLen - 512)), pages: [] });
+    const active: Seq[] = Array.from({ length: seqs }, start);
+    // Prefill each sequence's context to a random start length (pages assigned, contents random).
+    for (const s of active) {
+      s.len = Math.floor(rnd() * s.target);
+      while (s.pages.length * page < s.len) s.pages.push(free.pop()!);
     }
-    tD.dispose(); bD.dispose(); aD.dispose();
+    const step = async () => {
+      const table = new Int32Array(seqs * maxPages);
+      const before = new Int32Array(seqs), after = new Int32Array(seqs);
+      active.forEach((s, b) => {
+        if (s.len >= s.target) {  // finished: free its pages, start a new one
+          for (const p of s.pages) free.push(p);
+          active[b] = start();
+        }
+        const t = active[b];
+        if (t.pages.length * page < t.len + 1) t.pages.push(free.pop()!);
+        t.pages.forEach((p, j) => { table[b * maxPages + j] = p; });
+        before[b] = t.len;
+        after[b] = t.len + 1;
+        t.len += 1;
+      });
+      if (hostIndices) {
+        for (let l = 0; l < layers; l++) {
+          await appendKV(kc[l], vc[l], kn, vn, { pageTable: table, cuSeqlensNew: cu, seqlensBefore: before });
+          const r = await pagedAttention(q, kc[l], vc[l], { pageTable: table, seqlensK: after, cuSeqlensQ: cu });
+          r.out.dispose(); r.lse.dispose();
+        }
+        return;
+      }
+      const [tD, bD, aD] = await Promise.all([Tensor.from(table, [seqs, maxPages]).to('cuda'), Tensor.from(before, [seqs]).to('cuda'),
+        Tensor.from(after, [seqs]).to('cuda')]);
+      const maxK = Math.max(...after);
+      for (let l = 0; l < layers; l++) {
+        await appendKV(kc[l], vc[l], kn, vn, { pageTable: tD, cuSeqlensNew: cuD, seqlensBefore: bD });
+        const r = await pagedAttention(q, kc[l], vc[l], { pageTable: tD, seqlensK: aD, cuSeqlensQ: cuD, maxSeqlenQ: 1, maxSeqlenK: maxK });
+        r.out.dispose(); r.lse.dispose();
+      }
+      tD.dispose(); bD.dispose(); aD.dispose();
+    };
+    for (let i = 0; i < 8; i++) await step();
+    await synchronize();
+    const steps = 64;
+    const t0 = performance.now();
+    for (let i = 0; i < steps; i++) await step();
+    await synchronize();
+    const ms = (performance.now() - t0) / steps;
+    return { ms, avgCtx: active.reduce((a, s) => a + s.len, 0) / seqs };
   };
-  for (let i = 0; i < 8; i++) await step();
-  await synchronize();
-  const steps = 64;
-  const t0 = performance.now();
-  for (let i = 0; i < steps; i++) await step();
-  await synchronize();
-  const ms = (performance.now() - t0) / steps;
-  const avgCtx = active.reduce((a, s) => a + s.len, 0) / seqs;
-  [...kc, ...vc, q, kn, vn, cu, cuD].forEach((t) => t.dispose());
-  return [`Serving loop (64 sequences, 32 layers, GQA 32/8 D128 fp16, page 16; mean context ${avgCtx.toFixed(0)} tokens): ` +
-    `${((ms * 1000) / layers).toFixed(1)} us per layer-step (appendKV + pagedAttention), ${(seqs / (ms / 1000)).toFixed(0)} tokens/s`];
+  const dev = await loop(false);
+  const host = await loop(true);
+  [...kc, ...vc, q, kn, vn, cuD].forEach((t) => t.dispose());
+  const line = (r: { ms: number }) => `${((r.ms * 1000) / layers).toFixed(1)} us per layer-step (appendKV + pagedAttention), ${(seqs / (r.ms / 1000)).toFixed(0)} tokens/s`;
+  return [`Serving loop (64 sequences, 32 layers, GQA 32/8 D128 fp16, page 16; mean context ${dev.avgCtx.toFixed(0)} tokens): ` + line(dev),
+    `  the same loop with Int32Array index arrays passed to every call (each call copies them): ` + line(host)];
 }
 
 /**

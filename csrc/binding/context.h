@@ -78,7 +78,7 @@ struct DevAlloc {
 };
 
 // A device buffer that one call's host index arrays are copied into on the index stream
-// (FA_INDEX_STREAM=1, development: DeviceContext::TakeIndexSlot).
+// (FA_INDEX_STREAM=1, off by default until the GPU suite has run with it: DeviceContext::TakeIndexSlot).
 struct IndexSlot {
   void* dev = nullptr;
   void* copied = nullptr;  // cudaEvent_t: recorded on the index stream after the copy into dev
@@ -197,14 +197,17 @@ class DeviceContext {
   // (p->recorded) and that event completed.
   void RetirePinnedQueued(Pinned* p);
 
-  // FA_INDEX_STREAM=1 (development, off by default): a call's host index arrays go to one of
+  // With FA_INDEX_STREAM=1 (off by default until the whole GPU suite has run with it on; the H200
+  // probes of the thirty-fourth session favour it) a call's host index arrays go to one of
   // kIndexSlots device buffers with a copy on a stream of their own, which the call's stream waits
   // for (an event) instead of holding the copy in its own order; a slot is reused once the kernels
   // of the call before that used it are done (its `done` event, waited for on the index stream).
   // JS thread. nullptr: off, more than kIndexSlotBytes, or the set-up failed (the staged copy on the
   // stream then, as by default).
   static constexpr int kIndexSlots = 8;
-  static constexpr size_t kIndexSlotBytes = size_t(64) << 10;
+  // 1 MiB each (8 MiB of device memory, allocated at the first host index array): a page table of
+  // 64 sequences x 4000 pages fits.
+  static constexpr size_t kIndexSlotBytes = size_t(1) << 20;
   IndexSlot* TakeIndexSlot(size_t bytes);
   void* index_stream() const { return index_stream_; }
 
@@ -239,7 +242,7 @@ class DeviceContext {
   napi_env env_ = nullptr;
   void* stream_ = nullptr;
   void* copy_stream_ = nullptr;
-  void* index_stream_ = nullptr;  // FA_INDEX_STREAM=1: created with the slots, on first use
+  void* index_stream_ = nullptr;  // FA_INDEX_STREAM=1: created with the slots, at the first host index array
   std::vector<IndexSlot> index_slots_;
   size_t index_next_ = 0;
   int index_mode_ = -1;  // FA_INDEX_STREAM, read on first use

@@ -522,8 +522,8 @@ struct IndexStaging {
     if (host.empty()) return;
     size_t total = 0;
     for (auto& e : host) total += (e.bytes + 15) / 16 * 16;
-    // (FA_INDEX_STREAM=1: a slot of the index ring instead of a pool block, where the staged copy
-    // is possible)
+    // (FA_INDEX_STREAM=1: a slot of the index ring instead of a pool block, where the staged copy is
+    // possible and the arrays fit in a slot)
     IndexSlot* slot = cc.ctx->TakeIndexSlot(total);
     char* dev = slot != nullptr ? static_cast<char*>(slot->dev) : static_cast<char*>(cc.Alloc(total, "index arrays"));
     if (slot == nullptr) cc.temps.push_back(dev);

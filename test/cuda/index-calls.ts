@@ -1,0 +1,159 @@
+// Int32Array index arrays queued many calls deep: the checks shared by index-stream.test.ts
+// (FA_INDEX_STREAM=1: copies on the index stream into a ring of device slots, csrc/binding/context.h
+// TakeIndexSlot) and index-staged.test.ts (FA_INDEX_STREAM=0, today's default: the staged copy on the
+// call's stream).
+// Many more calls than there are slots are queued behind a long call, with no wait between them and
+// different index arrays each, so that a slot rewritten while an earlier kernel still reads it would
+// show: every result must equal, bit for bit, the same call made with device index tensors (which
+// never take either path). A page table larger than a slot takes the staged copy in either mode.
+// These check correctness, not that a path was taken (the timing A/B does that).
+import { expect, it } from 'vitest';
+import { Tensor, appendKV, flashAttention, flashAttentionVarlen, pagedAttention, synchronize } from '../../lib/index';
+import { Rng, bytesEqual, describeGpu, randomTensor, rawBytes } from '../helpers/reference';
+
+async function dev(t: Tensor): Promise<Tensor> {
+  const d = await t.to('cuda');
+  t.dispose();
+  return d;
+}
+const devIndex = (a: Int32Array) => Tensor.from(a, [a.length]).to('cuda');
+
+// `parts` sequence lengths summing to `total` (each >= 1), drawn from rng.
+function split(rng: Rng, total: number, parts: number): number[] {
+  const cuts = new Set<number>();
+  while (cuts.size < parts - 1) cuts.add(rng.int(1, total - 1));
+  const c = [0, ...[...cuts].sort((a, b) => a - b), total];
+  return c.slice(1).map((x, i) => x - c[i]);
+}
+const prefix = (lens: number[]) => Int32Array.from({ length: lens.length + 1 }, (_, i) => lens.slice(0, i).reduce((a, b) => a + b, 0));
+
+// A long call queued first, so that the calls after it pile up behind it on the stream while their
+// index copies (on the index stream) run ahead: the ninth call's copy must wait for the first call's
+// kernels, which run only after this one (without the slots' `done` waits it would overwrite the
+// first call's indices before they are read).
+async function blocker(): Promise<void> {
+  const x = await Tensor.zeros([1, 8192, 16, 128], { dtype: 'float16', device: 'cuda' });
+  const r = await flashAttention(x, x, x);
+  for (const t of [x, r.out, r.lse]) t.dispose();  // (safe while queued work still uses them)
+}
+
+export function indexArrayTests(title: string): void {
+  describeGpu(title, () => {
+    it('40 packed calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
+      const rng = new Rng(7001);
+      const T = 900, H = 4, Hkv = 2, D = 64;
+      const q = await dev(randomTensor(rng, [T, H, D], 'float16').tensor);
+      const k = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
+      const v = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
+      const cus = Array.from({ length: 40 }, () => prefix(split(rng, T, rng.int(2, 12))));
+      const host = [];
+      await blocker();
+      for (const cu of cus) host.push(await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, causal: true }));
+      // (the maximum lengths as the host path works them out: they choose the kernel and the grid)
+      const ref = [];
+      for (const cu of cus) {
+        const t = await devIndex(cu);
+        const maxL = Math.max(...Array.from({ length: cu.length - 1 }, (_, b) => cu[b + 1] - cu[b]));
+        ref.push(await flashAttentionVarlen(q, k, v, { cuSeqlensQ: t, cuSeqlensK: t, causal: true, maxSeqlenQ: maxL, maxSeqlenK: maxL }));
+        t.dispose();
+      }
+      await synchronize();
+      for (let i = 0; i < cus.length; i++) {
+        expect(bytesEqual(await rawBytes(host[i].out), await rawBytes(ref[i].out)), `call ${i}`).toBe(true);
+        expect(bytesEqual(await rawBytes(host[i].lse), await rawBytes(ref[i].lse)), `call ${i} lse`).toBe(true);
+      }
+      for (const r of [...host, ...ref]) { r.out.dispose(); r.lse.dispose(); }
+      for (const t of [q, k, v]) t.dispose();
+    });
+
+    it('appendKV and pagedAttention chained with Int32Array indices (24 steps, no wait) give the same cache and outputs as with device indices', async () => {
+      const rng = new Rng(7002);
+      const B = 3, H = 8, Hkv = 2, D = 128, page = 16, maxLen = 320;
+      const maxPages = maxLen / page, numPages = B * maxPages;
+      const perm = Array.from({ length: numPages }, (_, i) => i);
+      for (let i = numPages - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
+      const table = Int32Array.from(perm);
+      const zeros = () => Tensor.zeros([numPages, page, Hkv, D], { dtype: 'float16', device: 'cuda' });
+      const caches = [[await zeros(), await zeros()], [await zeros(), await zeros()]];
+      // The steps: each appends 1..12 tokens per sequence and queries them (prefill chunks and decode).
+      const steps: { fresh: number[]; before: number[]; k: Tensor; v: Tensor; q: Tensor }[] = [];
+      const lens = [0, 0, 0];
+      for (let s = 0; s < 24; s++) {
+        const fresh = lens.map((n) => Math.min(maxLen - n, rng.int(1, 12)));
+        const total = fresh.reduce((a, b) => a + b, 0);
+        steps.push({
+          fresh, before: [...lens],
+          k: await dev(randomTensor(rng, [total, Hkv, D], 'float16').tensor),
+          v: await dev(randomTensor(rng, [total, Hkv, D], 'float16').tensor),
+          q: await dev(randomTensor(rng, [total, H, D], 'float16').tensor),
+        });
+        fresh.forEach((f, b) => { lens[b] += f; });
+      }
+      const outs: Uint8Array[][] = [[], []];
+      for (const side of [0, 1]) {
+        const [kc, vc] = caches[side];
+        const res = [];
+        await blocker();
+        for (const st of steps) {
+          const cuNew = prefix(st.fresh);
+          const before = Int32Array.from(st.before);
+          const after = Int32Array.from(st.before.map((n, b) => n + st.fresh[b]));
+          if (side === 0) {
+            await appendKV(kc, vc, st.k, st.v, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: before });
+            res.push(await pagedAttention(st.q, kc, vc, { pageTable: table, seqlensK: after, cuSeqlensQ: cuNew, causal: true }));
+          } else {
+            const idx = await Promise.all([devIndex(table), devIndex(cuNew), devIndex(before), devIndex(after)]);
+            const [pt, cu, sb, sk] = idx;
+            await appendKV(kc, vc, st.k, st.v, { pageTable: pt, cuSeqlensNew: cu, seqlensBefore: sb });
+            res.push(await pagedAttention(st.q, kc, vc, {
+              pageTable: pt, seqlensK: sk, cuSeqlensQ: cu, causal: true, maxSeqlenQ: Math.max(...st.fresh), maxSeqlenK: Math.max(...after),
+            }));
+            idx.forEach((t) => t.dispose());
+          }
+        }
+        await synchronize();
+        for (const r of res) { outs[side].push(await rawBytes(r.out)); r.out.dispose(); r.lse.dispose(); }
+      }
+      for (let i = 0; i < steps.length; i++) expect(bytesEqual(outs[0][i], outs[1][i]), `step ${i}`).toBe(true);
+      expect(bytesEqual(await rawBytes(caches[0][0]), await rawBytes(caches[1][0]))).toBe(true);
+      expect(bytesEqual(await rawBytes(caches[0][1]), await rawBytes(caches[1][1]))).toBe(true);
+      for (const st of steps) for (const t of [st.k, st.v, st.q]) t.dispose();
+      for (const c of caches) for (const t of c) t.dispose();
+    });
+
+    it('paged calls whose page table is larger than an index slot (1 MiB), queued back to back, equal the device-index calls bit for bit', async () => {
+      const rng = new Rng(7003);
+      const B = 64, H = 4, Hkv = 1, D = 64, page = 4, numPages = 2000;
+      const maxPages = 4200;  // 64 x 4200 entries: 1.03 MiB of page table
+      const kc = await dev(randomTensor(rng, [numPages, page, Hkv, D], 'float16').tensor);
+      const vc = await dev(randomTensor(rng, [numPages, page, Hkv, D], 'float16').tensor);
+      const calls = Array.from({ length: 10 }, () => {
+        const table = Int32Array.from({ length: B * maxPages }, () => rng.int(0, numPages - 1));
+        const fresh = Array.from({ length: B }, () => rng.int(1, 3));
+        const sk = Int32Array.from(fresh, (f) => f + rng.int(0, 300));
+        return { table, cu: prefix(fresh), sk, maxQ: Math.max(...fresh), maxK: Math.max(...sk) };
+      });
+      const qs = [];
+      for (const c of calls) qs.push(await dev(randomTensor(rng, [c.cu[B], H, D], 'float16').tensor));
+      const host = [];
+      await blocker();
+      for (const [i, c] of calls.entries()) {
+        host.push(await pagedAttention(qs[i], kc, vc, { pageTable: c.table, seqlensK: c.sk, cuSeqlensQ: c.cu, causal: true }));
+      }
+      const ref = [];
+      for (const [i, c] of calls.entries()) {
+        const pt = await Tensor.from(c.table, [B, maxPages]).to('cuda');
+        const idx = await Promise.all([devIndex(c.cu), devIndex(c.sk)]);
+        ref.push(await pagedAttention(qs[i], kc, vc, { pageTable: pt, seqlensK: idx[1], cuSeqlensQ: idx[0], causal: true, maxSeqlenQ: c.maxQ, maxSeqlenK: c.maxK }));
+        for (const t of [pt, ...idx]) t.dispose();
+      }
+      await synchronize();
+      for (let i = 0; i < calls.length; i++) {
+        expect(bytesEqual(await rawBytes(host[i].out), await rawBytes(ref[i].out)), `call ${i}`).toBe(true);
+        expect(bytesEqual(await rawBytes(host[i].lse), await rawBytes(ref[i].lse)), `call ${i} lse`).toBe(true);
+      }
+      for (const r of [...host, ...ref]) { r.out.dispose(); r.lse.dispose(); }
+      for (const t of [kc, vc, ...qs]) t.dispose();
+    });
+  });
+}
