@@ -641,6 +641,7 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
     if (l.device !== o0.device) throw typeError(fn, `lses[${i}].device`, `must equal outs[0].device = '${o0.device}'`, l.device);
   });
   const device = deviceIndex(o0);
+  if (!(D >= 1)) throw rangeError(fn, `outs[0].shape[${o0.shape.length - 1}] (headDim)`, 'must be >= 1', D);
   if (device >= 0 && D % 4 !== 0) throw rangeError(fn, `outs[0].shape[${o0.shape.length - 1}] (headDim)`, 'must be a multiple of 4 on CUDA', D);
   if (B * N * H > MAX_ELEMENTS) throw rangeError(fn, 'outs[0].shape', 'must have at most 2^31-1 rows', o0.shape);
   const inputs = [...outs, ...lses];

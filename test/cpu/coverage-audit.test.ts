@@ -600,6 +600,8 @@ describe('CPU audit errors: mergeAttention', () => {
       [o, [l[0], f32([5, 2])], RangeError, 'lses[1].shape', /\[5, 2\]/],
       [o, [l[0], f16([2, 5])], TypeError, 'lses[1].dtype', 'float16'],
       [o, [l[0], 3], TypeError, 'lses[1]', num(3)],
+      [[f32([5, 2, 0]), f32([5, 2, 0])], l, RangeError, 'outs[0].shape[2] (headDim)', num(0)],
+      [[f32([1, 5, 2, 0])], [f32([1, 2, 5])], RangeError, 'outs[0].shape[3] (headDim)', num(0)],
     ];
     for (const [outs, lses, cls, arg, given] of bad) await expectRejects(() => mergeAttention(outs as never, lses as never), cls, FN, arg, given);
     await expectRejects(() => mergeAttention(o, l, { out: f32([5, 2, 4]) }), RangeError, FN, 'options.out.shape', /\[5, 2, 4\]/);
