@@ -484,23 +484,18 @@ async function serveBench(): Promise<string[]> {
         after[b] = t.len + 1;
         t.len += 1;
       });
-      if (hostIndices) {
-        for (let l = 0; l < layers; l++) {
-          await appendKV(kc[l], vc[l], kn, vn, { pageTable: table, cuSeqlensNew: cu, seqlensBefore: before });
-          const r = await pagedAttention(q, kc[l], vc[l], { pageTable: table, seqlensK: after, cuSeqlensQ: cu });
-          r.out.dispose(); r.lse.dispose();
-        }
-        return;
-      }
-      const [tD, bD, aD] = await Promise.all([Tensor.from(table, [seqs, maxPages]).to('cuda'), Tensor.from(before, [seqs]).to('cuda'),
-        Tensor.from(after, [seqs]).to('cuda')]);
-      const maxK = Math.max(...after);
+      // Device tensors: uploaded once per step, shared by the 32 layers (then maxSeqlenQ / K are given).
+      const devIdx = hostIndices ? null : await Promise.all([Tensor.from(table, [seqs, maxPages]).to('cuda'),
+        Tensor.from(before, [seqs]).to('cuda'), Tensor.from(after, [seqs]).to('cuda')]);
+      const pageTable = devIdx ? devIdx[0] : table, seqlensBefore = devIdx ? devIdx[1] : before, seqlensK = devIdx ? devIdx[2] : after;
+      const cuSeqlens = devIdx ? cuD : cu;
+      const maxes = devIdx ? { maxSeqlenQ: 1, maxSeqlenK: Math.max(...after) } : {};
       for (let l = 0; l < layers; l++) {
-        await appendKV(kc[l], vc[l], kn, vn, { pageTable: tD, cuSeqlensNew: cuD, seqlensBefore: bD });
-        const r = await pagedAttention(q, kc[l], vc[l], { pageTable: tD, seqlensK: aD, cuSeqlensQ: cuD, maxSeqlenQ: 1, maxSeqlenK: maxK });
+        await appendKV(kc[l], vc[l], kn, vn, { pageTable, cuSeqlensNew: cuSeqlens, seqlensBefore });
+        const r = await pagedAttention(q, kc[l], vc[l], { pageTable, seqlensK, cuSeqlensQ: cuSeqlens, ...maxes });
         r.out.dispose(); r.lse.dispose();
       }
-      tD.dispose(); bD.dispose(); aD.dispose();
+      devIdx?.forEach((t) => t.dispose());
     };
     for (let i = 0; i < 8; i++) await step();
     await synchronize();
