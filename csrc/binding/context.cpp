@@ -588,6 +588,20 @@ Pinned* DeviceContext::TakePinned(size_t bytes) {
 #endif
 }
 
+#ifdef FA_WITH_CUDA
+// Frees the index slots' buffers and events (those that exist) and the index stream, and empties
+// `slots` (a failed set-up, or Shutdown once the index stream is drained).
+static void FreeIndexSlots(std::vector<IndexSlot>& slots, void* stream) {
+  for (IndexSlot& sl : slots) {
+    if (sl.dev) cudaFree(sl.dev);
+    if (sl.copied) cudaEventDestroy(static_cast<cudaEvent_t>(sl.copied));
+    if (sl.done) cudaEventDestroy(static_cast<cudaEvent_t>(sl.done));
+  }
+  slots.clear();
+  if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+#endif
+
 IndexSlot* DeviceContext::TakeIndexSlot(size_t bytes) {
 #ifdef FA_WITH_CUDA
   if (index_mode_ < 0) {
@@ -609,12 +623,7 @@ IndexSlot* DeviceContext::TakeIndexSlot(size_t bytes) {
       sl.done = done;
     }
     if (!ok) {
-      for (IndexSlot& sl : slots) {
-        if (sl.dev) cudaFree(sl.dev);
-        if (sl.copied) cudaEventDestroy(static_cast<cudaEvent_t>(sl.copied));
-        if (sl.done) cudaEventDestroy(static_cast<cudaEvent_t>(sl.done));
-      }
-      if (is) cudaStreamDestroy(is);
+      FreeIndexSlots(slots, is);
       cudaGetLastError();
       index_mode_ = 0;
       return nullptr;
@@ -728,13 +737,7 @@ void DeviceContext::Shutdown() {
   cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
   if (index_stream_ != nullptr) {
     cudaStreamSynchronize(static_cast<cudaStream_t>(index_stream_));
-    for (IndexSlot& sl : index_slots_) {
-      cudaFree(sl.dev);
-      cudaEventDestroy(static_cast<cudaEvent_t>(sl.copied));
-      cudaEventDestroy(static_cast<cudaEvent_t>(sl.done));
-    }
-    index_slots_.clear();
-    cudaStreamDestroy(static_cast<cudaStream_t>(index_stream_));
+    FreeIndexSlots(index_slots_, index_stream_);
     index_stream_ = nullptr;
   }
   while (!pinned_busy_.empty()) {
