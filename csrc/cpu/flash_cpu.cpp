@@ -26,13 +26,17 @@
 //             log2(e)), with a vectorised tanh (vtanh, ~2e-7 relative). The backward also keeps
 //             1 - tanh^2 per score and multiplies dS by it (the exact gradient); it is computed as
 //             u (2 - u) with u = 1 - |tanh|, so it stays accurate where tanh rounds to +-1.
-//   forward   one task per (sequence, head, block of block_m query rows), streaming over the key
+//   forward   one task per (sequence, block of query rows, query heads), streaming over the key
 //             tiles of block_keys (block_n keys each, starting at its first key; paged K/V read in
-//             place also end tiles at page boundaries). Per tile: S^T = K Q^T (Q is transposed once
-//             per task, so K and V tiles are used as loaded), online softmax in the log2 domain
-//             (scores times scale*log2(e), exp2; running max m and sum l per row, old O rescaled
-//             when the max grows), O += P V; O is normalised once at the end and
-//             LSE = (m + log2 l) * ln 2.
+//             place also end tiles at page boundaries). A task's tile rows are block_m query rows of
+//             one head, or, for sequences shorter than block_m (decode steps, short chunks), the
+//             query rows of several heads of one GQA group (FwdPack), which then share each K / V
+//             tile. Per tile: S^T = K Q^T (Q is transposed once per task, so K and V tiles are used
+//             as loaded), online softmax in the log2 domain (scores times scale*log2(e), exp2;
+//             running max m and sum l per row, old O rescaled when the max grows), O += P V; O is
+//             normalised once at the end and LSE = (m + log2 l) * ln 2. Tasks of at most 8 rows
+//             (a decode step's group) compute S and P V with kernels that read K and V in place
+//             (narrow_tile) instead of the GEMMs.
 //   backward  pass 0: Dvec = rowsum(dO * O) per query row (float32 workspace laid out as lse).
 //             Then one of two race-free schemes, chosen from the shape alone (see plan_fused):
 //             fused:    (dense batches only) one task per (batch, kv head, group of key blocks).
@@ -50,12 +54,12 @@
 //   validated before any work (fwd_sequences / bwd_sequences), paged ones for every page the
 //   call reads (and only those: with a window, pages that no query sees may hold any index).
 //
-// All tile arithmetic runs on contiguous float scratch (per thread: O((block_m + block_n) *
-// head_dim + block_m * block_n) floats) through one register-blocked GEMM micro-kernel (6 rows x
-// 2 vectors of accumulators, any strides for the broadcast operand). fp16 / bf16 inputs are
-// converted to float as tiles are loaded (fp32 inputs with head_dim % 8 == 0 are read in place
-// when the tile's rows are evenly strided, i.e. not spread over several pages); outputs are
-// rounded once when stored.
+// All tile arithmetic but the narrow forward tasks' runs on contiguous float scratch (per thread:
+// O((block_m + block_n) * head_dim + block_m * block_n) floats) through one register-blocked GEMM
+// micro-kernel (6 rows x 2 vectors of accumulators, any strides for the broadcast operand).
+// fp16 / bf16 inputs are converted to float as tiles are loaded (fp32 inputs with head_dim % 8 == 0
+// are read in place when the tile's rows are evenly strided, i.e. not spread over several pages);
+// outputs are rounded once when stored.
 
 #ifndef FA_CPU_KERNEL_PASS
 // =============================================================================================
@@ -227,13 +231,34 @@ inline bool tile_full(const Geometry& g, const Seq& s, int64_t i0, int rows, int
   return row_lo(g, s, i0 + rows - 1) <= k0 && row_hi(g, s, i0) >= k0 + nc;
 }
 
+// GQA packing in the forward. A task takes `heads` query heads of one kv group (a divisor of the
+// group) and up to `qrows` = bm / heads query rows of each, as tile rows r = qi * heads + j (query
+// row i0 + qi of head h0 + j), so the heads of a group share every K / V tile: it is converted
+// (fp16 / bf16) and read once for them instead of once per head. Sequences with bm or more query
+// rows keep one head per task; a decode step (one query) packs the whole group. The choice
+// depends on the sequence's query rows and the tile size only, never on the thread count.
+struct FwdPack {
+  int heads;  // query heads per task
+  int qrows;  // query rows per task (bm / heads)
+};
+inline FwdPack fwd_pack(const Geometry& g, int64_t nq) {
+  const int64_t used = std::max<int64_t>(1, std::min<int64_t>(nq, g.bm));
+  int heads = 1;
+  for (int d = g.group; d > 1; --d)
+    if (g.group % d == 0 && d * used <= g.bm) {
+      heads = d;
+      break;
+    }
+  return {heads, g.bm / heads};
+}
+
 struct FwdArgs {
   Geometry g;
   const void *q, *k, *v;
   void* o;
   float* lse;
   fa_strides qs, ks, vs, os;
-  const int64_t* q_start;  // [B + 1]: first task of each sequence (H x its query blocks)
+  const int64_t* q_start;  // [B + 1]: first task of each sequence (H / heads x its query blocks, FwdPack)
 };
 
 struct BwdArgs {
@@ -264,6 +289,7 @@ struct Scratch {
   int64_t m, l, alpha, lse2, dvec;       // per query row, bmp entries
   int64_t vlo, vhi;                      // per query row (int32): visible columns [vlo, vhi) of a tile
   int64_t tmp;                           // 8 converted rows for transposing loads, [8][Dp]
+  int64_t kp, vp;                        // forward, narrow tasks: a tile's K / V row addresses, [bn]
   int64_t total;
   explicit Scratch(const Geometry& g) {
     int64_t at = 0;
@@ -292,6 +318,8 @@ struct Scratch {
     vlo = take(g.bmp);
     vhi = take(g.bmp);
     tmp = take(8 * (int64_t)g.Dp);
+    kp = take((int64_t)g.bn * (int64_t)(sizeof(const char*) / sizeof(float)));
+    vp = take((int64_t)g.bn * (int64_t)(sizeof(const char*) / sizeof(float)));
     total = at;
   }
 };
@@ -600,6 +628,25 @@ std::vector<int64_t> task_starts(const Geometry& g, bool keys, int per, int blk)
   return start;
 }
 
+// The forward's tile rows: the user's block_m (default 64), but for short sequences room for the
+// query rows of a whole GQA group (FwdPack) rather than the query rows alone. After size_tiles.
+void size_fwd_rows(Geometry* g, int bm) {
+  const int64_t want = std::max<int64_t>(1, (int64_t)g->Nq * g->group);
+  g->bm = (int)std::max<int64_t>(1, std::min<int64_t>({bm > 0 ? bm : kDefaultBlockM, want, kMaxBlock}));
+  g->bmp = round_up(g->bm, 8);
+}
+
+// The forward's work list: sequence b owns H / heads x (its query rows in blocks of qrows) tasks.
+std::vector<int64_t> fwd_task_starts(const Geometry& g) {
+  std::vector<int64_t> start((size_t)g.B + 1, 0);
+  for (int b = 0; b < g.B; ++b) {
+    const Seq s = seq_of(g, b);
+    const FwdPack pk = fwd_pack(g, s.nq);
+    start[b + 1] = start[b] + (int64_t)(g.H / pk.heads) * ((s.nq + pk.qrows - 1) / pk.qrows);
+  }
+  return start;
+}
+
 fa_status need(const char* fn, const void* ptr, const char* name) {
   if (ptr != nullptr) return FA_OK;
   return fail(FA_ERR_INVALID, std::string(fn) + ": " + name + " must not be null");
@@ -711,11 +758,12 @@ fa_status fwd_impl(const fa_fwd_params* p) {
   }
 
   const KernelSet& ks = kernels();
-  const std::vector<int64_t> q_start = task_starts(g, false, g.H, g.bm);
+  size_fwd_rows(&a.g, p->block_m);
+  const std::vector<int64_t> q_start = fwd_task_starts(a.g);
   a.q_start = q_start.data();
   const int64_t n_tasks = q_start.back();
   const int threads = planned_threads(p->num_threads, n_tasks);
-  const Scratch layout(g);
+  const Scratch layout(a.g);
   FloatBuffer scratch(layout.total * threads);
   if (scratch.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_fwd_cpu: cannot allocate scratch");
   float* ws = scratch.ptr;
@@ -1033,14 +1081,17 @@ static inline __attribute__((always_inline)) void vtanh(vf x, vf& t, vf& d) {
   d = vselect(small, 1.f - t_small * t_small, u * (2.f - u));
 }
 
-// Softcap on a score tile of n floats (n a multiple of 8), in place: s -> softcap * log2(e) *
-// tanh(scale * s / softcap), the score in the log2 domain.
-static void softcap_tile(float* __restrict s, int64_t n, float cap_in, float cap_out) {
-  for (int64_t i = 0; i < n; i += VL) {
-    vf t, d;
-    vtanh(vload(s + i) * cap_in, t, d);
-    vstore(s + i, t * cap_out);
-  }
+// Softcap on the first rp entries (a multiple of 8) of the nc columns of a transposed score tile
+// with leading dimension ld, in place: s -> softcap * log2(e) * tanh(scale * s / softcap), the
+// score in the log2 domain.
+static void softcap_tile_cols(float* __restrict s, int nc, int ld, int rp, float cap_in, float cap_out) {
+  for (int c = 0; c < nc; ++c)
+    for (int r = 0; r < rp; r += VL) {
+      float* x = s + (int64_t)c * ld + r;
+      vf t, d;
+      vtanh(vload(x) * cap_in, t, d);
+      vstore(x, t * cap_out);
+    }
 }
 
 // ---- tile loads / stores -----------------------------------------------------------------------
@@ -1106,16 +1157,17 @@ static inline RowsView rows_view(const void* base, const RowLoc& loc, const Geom
   return {buf, g.Dp};
 }
 
-// Transposed load: dst[d][r] = X[n0 + r][d] for r < rows, d < D; columns rows..cols_pad-1 are
-// zeroed. tmp holds 8 converted rows.
-static void load_tile_t(const void* base, const RowLoc& loc, const Geometry& g, int64_t n0, int rows,
-                        float* __restrict dst, int ldd, int cols_pad, float* __restrict tmp) {
+// Transposed load: dst[d][r] = X[row r][d] for r < rows, d < D, where row r starts at element
+// offset off(r) of base; columns rows..cols_pad-1 are zeroed. tmp holds 8 converted rows.
+template <class Off>
+static void load_tile_t_at(const void* base, Off off_of, const Geometry& g, int rows, float* __restrict dst,
+                           int ldd, int cols_pad, float* __restrict tmp) {
   const int D = g.D;
   for (int r0 = 0; r0 < rows; r0 += 8) {
     const int nr = std::min(8, rows - r0);
     const float* src[8];
     for (int j = 0; j < nr; ++j) {
-      const int64_t off = loc.at(n0 + r0 + j);
+      const int64_t off = off_of(r0 + j);
       if (g.dtype == FA_FLOAT32) {
         src[j] = static_cast<const float*>(base) + off;
       } else {
@@ -1132,19 +1184,26 @@ static void load_tile_t(const void* base, const RowLoc& loc, const Geometry& g, 
     for (int d = 0; d < D; ++d) memset(dst + (int64_t)d * ldd + rows, 0, sizeof(float) * (cols_pad - rows));
 }
 
+// The same for rows n0 .. n0 + rows - 1 of `loc`.
+static void load_tile_t(const void* base, const RowLoc& loc, const Geometry& g, int64_t n0, int rows,
+                        float* __restrict dst, int ldd, int cols_pad, float* __restrict tmp) {
+  load_tile_t_at(base, [&](int r) { return loc.at(n0 + r); }, g, rows, dst, ldd, cols_pad, tmp);
+}
+
 // Visible columns [lo, hi) of the tile of nc keys starting at key k0 for query row i.
 static inline void visible_cols(const Geometry& g, const Seq& s, int64_t i, int64_t k0, int nc, int* lo, int* hi) {
   *lo = (int)std::max<int64_t>(0, std::min<int64_t>(nc, row_lo(g, s, i) - k0));
   *hi = (int)std::max<int64_t>(0, std::min<int64_t>(nc, row_hi(g, s, i) - k0));
 }
 
-// vlo[r], vhi[r] = visible columns of the tile for query row i0 + r ([0, 0) for the padding rows
-// up to bmp).
-static inline void fill_visible(const Geometry& g, const Seq& s, int64_t i0, int rows, int64_t k0, int nc,
-                                int32_t* vlo, int32_t* vhi) {
-  for (int r = 0; r < g.bmp; ++r) {
+// vlo[r], vhi[r] = visible columns of the tile for tile row r, which holds query row
+// i0 + r / heads (FwdPack; heads = 1 outside the forward), for r < rows; [0, 0) for the padding
+// rows up to padded.
+static inline void fill_visible(const Geometry& g, const Seq& s, int64_t i0, int rows, int padded, int heads,
+                                int64_t k0, int nc, int32_t* vlo, int32_t* vhi) {
+  for (int r = 0; r < padded; ++r) {
     int lo = 0, hi = 0;
-    if (r < rows) visible_cols(g, s, i0 + r, k0, nc, &lo, &hi);
+    if (r < rows) visible_cols(g, s, i0 + r / heads, k0, nc, &lo, &hi);
     vlo[r] = lo;
     vhi[r] = hi;
   }
@@ -1158,6 +1217,159 @@ static inline vi viload(const int32_t* p) {
 
 // Lanes with lo <= c < hi.
 static inline __attribute__((always_inline)) vi in_range(vi c, vi lo, vi hi) { return (c >= lo) & (c < hi); }
+
+// ---- narrow forward tasks (at most 8 tile rows) ---------------------------------------------------
+// A task of at most 8 rows (a decode step: the query heads of one kv group, FwdPack) would fill one
+// vector of lanes in the S^T GEMM with mostly padding, and would convert each K / V row to a float
+// copy before using it once. These kernels read the K / V rows where they are instead (fp16 and
+// bf16 widened in registers as they are loaded): S by dot products along the head dim, every lane
+// useful; O += P V with the head dim in the lanes. Each S entry is the sum of VL lane partial sums;
+// each O element stays one chain of multiply-adds over the keys in order. Head dims that are a
+// multiple of 8 only (the others take the GEMM path).
+constexpr int kNarrowRows = 8;
+
+// Byte addresses of rows n0 .. n0 + n - 1 of loc (elements of es bytes), walking the pages
+// incrementally instead of dividing per row.
+static inline void row_ptrs(const void* base, const RowLoc& loc, int64_t es, int64_t n0, int n,
+                            const char** out) {
+  const char* b = static_cast<const char*>(base);
+  if (loc.pages == nullptr) {
+    for (int r = 0; r < n; ++r) out[r] = b + (loc.base + (n0 + r) * loc.row) * es;
+    return;
+  }
+  int64_t j = n0 / loc.page_size;
+  int off = (int)(n0 % loc.page_size);
+  for (int r = 0; r < n; ++r) {
+    out[r] = b + (loc.base + (int64_t)loc.pages[j] * loc.page + off * loc.row) * es;
+    if (++off == loc.page_size) {
+      off = 0;
+      ++j;
+    }
+  }
+}
+
+// VL elements of a row at element d, as floats (DT: the fa_dtype value).
+template <int DT>
+static inline __attribute__((always_inline)) vf load_elems(const char* row, int d) {
+  if (DT == FA_FLOAT32) return vload(reinterpret_cast<const float*>(row) + d);
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(row) + d;
+#if FA_KAVX2
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  if (DT == FA_FLOAT16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#else
+  vf v;
+  for (int i = 0; i < VL; ++i) v[i] = DT == FA_FLOAT16 ? f16_bits_to_f32(src[i]) : bf16_bits_to_f32(src[i]);
+  return v;
+#endif
+}
+
+// st[c * ld + r0 + j] = K_c . Q_{r0 + j} for the nc keys of the tile and R rows of Q (row-major
+// floats, leading dimension ldq); keys two at a time so each Q load serves both.
+template <int DT, int R>
+static void narrow_s(const char* const* kp, int nc, const float* __restrict q, int64_t ldq, int r0, int D,
+                     float* __restrict st, int ld) {
+  const float* qr = q + (int64_t)r0 * ldq;
+  int c = 0;
+  for (; c + 2 <= nc; c += 2) {
+    vf a0[R], a1[R];
+    for (int j = 0; j < R; ++j) a0[j] = a1[j] = vf{};
+    for (int d = 0; d < D; d += VL) {
+      const vf k0 = load_elems<DT>(kp[c], d), k1 = load_elems<DT>(kp[c + 1], d);
+      for (int j = 0; j < R; ++j) {
+        const vf x = vload(qr + j * ldq + d);
+        a0[j] += k0 * x;
+        a1[j] += k1 * x;
+      }
+    }
+    for (int j = 0; j < R; ++j) {
+      st[(int64_t)c * ld + r0 + j] = hsum(a0[j]);
+      st[(int64_t)(c + 1) * ld + r0 + j] = hsum(a1[j]);
+    }
+  }
+  if (c < nc) {
+    vf a0[R];
+    for (int j = 0; j < R; ++j) a0[j] = vf{};
+    for (int d = 0; d < D; d += VL) {
+      const vf k0 = load_elems<DT>(kp[c], d);
+      for (int j = 0; j < R; ++j) a0[j] += k0 * vload(qr + j * ldq + d);
+    }
+    for (int j = 0; j < R; ++j) st[(int64_t)c * ld + r0 + j] = hsum(a0[j]);
+  }
+}
+
+// acc[r0 + j][:] += sum_c P[r0 + j][c] V_c for R rows, P transposed in st (leading dimension ld),
+// two vectors of the head dim at a time (one for a last odd vector).
+template <int DT, int R>
+static void narrow_pv(const char* const* vp, int nc, const float* __restrict st, int ld, int r0, int D,
+                      float* __restrict acc, int64_t ldo) {
+  float* o = acc + (int64_t)r0 * ldo;
+  int d = 0;
+  for (; d + 2 * VL <= D; d += 2 * VL) {
+    vf o0[R], o1[R];
+    for (int j = 0; j < R; ++j) {
+      o0[j] = vload(o + j * ldo + d);
+      o1[j] = vload(o + j * ldo + d + VL);
+    }
+    for (int c = 0; c < nc; ++c) {
+      const vf v0 = load_elems<DT>(vp[c], d), v1 = load_elems<DT>(vp[c], d + VL);
+      const float* p = st + (int64_t)c * ld + r0;
+      for (int j = 0; j < R; ++j) {
+        const vf pj = vsplat(p[j]);
+        o0[j] += pj * v0;
+        o1[j] += pj * v1;
+      }
+    }
+    for (int j = 0; j < R; ++j) {
+      vstore(o + j * ldo + d, o0[j]);
+      vstore(o + j * ldo + d + VL, o1[j]);
+    }
+  }
+  for (; d < D; d += VL) {
+    vf o0[R];
+    for (int j = 0; j < R; ++j) o0[j] = vload(o + j * ldo + d);
+    for (int c = 0; c < nc; ++c) {
+      const vf v0 = load_elems<DT>(vp[c], d);
+      const float* p = st + (int64_t)c * ld + r0;
+      for (int j = 0; j < R; ++j) o0[j] += vsplat(p[j]) * v0;
+    }
+    for (int j = 0; j < R; ++j) vstore(o + j * ldo + d, o0[j]);
+  }
+}
+
+// Both kernels over `rows` (<= 8) rows in groups of up to 4. PV = false: S into st (the padding
+// rows up to 8 get 0); PV = true: O += P V.
+template <int DT, bool PV>
+static void narrow_rows(const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D, float* st,
+                        int ld, float* acc, int64_t ldo) {
+  for (int r0 = 0; r0 < rows; r0 += 4) {
+    const int n = std::min(4, rows - r0);
+#define FA_NARROW_CASE(R)                                     \
+  case R:                                                    \
+    if (PV) narrow_pv<DT, R>(p, nc, st, ld, r0, D, acc, ldo); \
+    else narrow_s<DT, R>(p, nc, q, ldq, r0, D, st, ld);       \
+    break;
+    switch (n) {
+      FA_NARROW_CASE(1)
+      FA_NARROW_CASE(2)
+      FA_NARROW_CASE(3)
+      FA_NARROW_CASE(4)
+      default: break;
+    }
+#undef FA_NARROW_CASE
+  }
+  if (!PV)
+    for (int c = 0; c < nc; ++c)
+      for (int r = rows; r < kNarrowRows; ++r) st[(int64_t)c * ld + r] = 0.f;
+}
+
+template <bool PV>
+static void narrow_tile(fa_dtype dt, const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D,
+                        float* st, int ld, float* acc, int64_t ldo) {
+  if (dt == FA_FLOAT16) narrow_rows<FA_FLOAT16, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
+  else if (dt == FA_BFLOAT16) narrow_rows<FA_BFLOAT16, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
+  else narrow_rows<FA_FLOAT32, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
+}
 
 // ---- forward -----------------------------------------------------------------------------------
 // Online softmax on a transposed score tile st[c][r] (nc keys x bmp query rows), vectorised over
@@ -1232,18 +1444,21 @@ static inline __attribute__((always_inline)) void softmax_rows(float* __restrict
     vstore(l + r + j * VL, vload(l + r + j * VL) * vload(alpha + r + j * VL) + sum[j]);
 }
 
+// The first rp rows (a multiple of 8) of a score tile with leading dimension bmp.
 template <bool MASK>
-static void softmax_cols(float* __restrict st, int nc, int bmp, const int32_t* __restrict vlo,
+static void softmax_cols(float* __restrict st, int nc, int bmp, int rp, const int32_t* __restrict vlo,
                          const int32_t* __restrict vhi, float scale_log2, float* __restrict m, float* __restrict l,
                          float* __restrict alpha) {
   int r = 0;
-  for (; r + 2 * VL <= bmp; r += 2 * VL) softmax_rows<MASK, 2>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
-  for (; r < bmp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+  for (; r + 2 * VL <= rp; r += 2 * VL) softmax_rows<MASK, 2>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+  for (; r < rp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
 }
 
-// Forward task: one block of query rows of one head of one sequence. Scores are computed
+// Forward task: one block of query rows of `heads` query heads of one kv group of one sequence
+// (FwdPack), tile row r = qi * heads + j for query row i0 + qi of head h0 + j. Scores are computed
 // transposed, S^T = K Q^T, so that Q is transposed once per task and K / V tiles are used as
-// loaded.
+// loaded. The GEMMs and the softmax cover the task's rows rounded up to 8 (rp), not the tile's
+// capacity, so short sequences in a packed batch pay for their own rows only.
 void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
   const Geometry& g = a.g;
   const Scratch sc(g);
@@ -1258,37 +1473,58 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
 
   const int64_t b = task_seq(a.q_start, g.B, task);
   const Seq s = seq_of(g, b);
-  const int64_t nqb = (s.nq + g.bm - 1) / g.bm;
+  const FwdPack pk = fwd_pack(g, s.nq);
+  const int64_t nqb = (s.nq + pk.qrows - 1) / pk.qrows;
   const int64_t t = task - a.q_start[b];
-  const int64_t h = t / nqb;
-  const int64_t i0 = (nqb - 1 - t % nqb) * g.bm;  // heavy (causal) blocks first
-  const int rows = (int)std::min<int64_t>(g.bm, s.nq - i0);
-  const int64_t hk = h / g.group;
-  float* lse = a.lse + s.lse0 + h * g.lse_hs + i0;
+  const int64_t h0 = t / nqb * pk.heads;
+  const int64_t i0 = (nqb - 1 - t % nqb) * pk.qrows;  // heavy (causal) blocks first
+  const int qn = (int)std::min<int64_t>(pk.qrows, s.nq - i0);  // query rows
+  const int rows = qn * pk.heads, rp = round_up(rows, 8);
+  const int64_t hk = h0 / g.group;
   const int Dp = g.Dp, D = g.D, bmp = g.bmp;
   const float scl = g.softcap ? 1.f : g.scale_log2;  // softcap tiles already hold log2-domain scores
+  // Element offset of tile row r in a [.., rows, heads, D] tensor with strides st_.
+  auto row_at = [&](const fa_strides& st_, int r) {
+    return q_rows(st_, s, h0 + r % pk.heads).at(i0 + r / pk.heads);
+  };
 
-  for (int r = 0; r < bmp; ++r) {
+  for (int r = 0; r < rp; ++r) {
     mrow[r] = -INFINITY;
     lrow[r] = 0.f;
   }
   memset(acc, 0, sizeof(float) * (size_t)rows * Dp);
-  const Range keys = block_keys(g, s, i0, rows);  // every other key is masked for every row
+  const Range keys = block_keys(g, s, i0, qn);  // every other key is masked for every row
+  // Narrow tasks (decode) read K / V in place (see narrow_tile); the others through GEMMs.
+  const bool narrow = rows <= kNarrowRows && D % 8 == 0;
   if (keys.lo < keys.hi) {
     const RowLoc kl = k_rows(g, a.ks, s, hk), vl = k_rows(g, a.vs, s, hk);
-    load_tile_t(a.q, q_rows(a.qs, s, h), g, i0, rows, qt, bmp, bmp, ws + sc.tmp);
+    const int64_t es = g.dtype == FA_FLOAT32 ? 4 : 2;
+    const char** kp = reinterpret_cast<const char**>(ws + sc.kp);
+    const char** vp = reinterpret_cast<const char**>(ws + sc.vp);
+    float* __restrict qr = ws + sc.qr;
+    if (narrow)
+      for (int r = 0; r < rows; ++r) load_row(a.q, row_at(a.qs, r), g.dtype, D, qr + (int64_t)r * Dp);
+    else
+      load_tile_t_at(a.q, [&](int r) { return row_at(a.qs, r); }, g, rows, qt, bmp, rp, ws + sc.tmp);
     for (int64_t k0 = keys.lo; k0 < keys.hi;) {
       int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
       if (g.page_cap) nc = (int)std::min<int64_t>(nc, g.page_size - k0 % g.page_size);
-      const RowsView K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
-      const RowsView V = rows_view(a.v, vl, g, k0, nc, ws + sc.vr);
-      gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, bmp, D);  // S^T = K Q^T
-      if (g.softcap) softcap_tile(st, (int64_t)nc * bmp, g.cap_in, g.cap_out);
-      if (!tile_full(g, s, i0, rows, k0, nc)) {  // some row does not see the whole tile
-        fill_visible(g, s, i0, rows, k0, nc, vlo, vhi);
-        softmax_cols<true>(st, nc, bmp, vlo, vhi, scl, mrow, lrow, alpha);
+      RowsView V{nullptr, 0};
+      if (narrow) {
+        row_ptrs(a.k, kl, es, k0, nc, kp);
+        row_ptrs(a.v, vl, es, k0, nc, vp);
+        narrow_tile<false>(g.dtype, kp, nc, qr, Dp, rows, D, st, bmp, nullptr, 0);  // S^T
       } else {
-        softmax_cols<false>(st, nc, bmp, vlo, vhi, scl, mrow, lrow, alpha);
+        const RowsView K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
+        V = rows_view(a.v, vl, g, k0, nc, ws + sc.vr);
+        gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, rp, D);  // S^T = K Q^T
+      }
+      if (g.softcap) softcap_tile_cols(st, nc, bmp, rp, g.cap_in, g.cap_out);
+      if (!tile_full(g, s, i0, qn, k0, nc)) {  // some row does not see the whole tile
+        fill_visible(g, s, i0, rows, rp, pk.heads, k0, nc, vlo, vhi);
+        softmax_cols<true>(st, nc, bmp, rp, vlo, vhi, scl, mrow, lrow, alpha);
+      } else {
+        softmax_cols<false>(st, nc, bmp, rp, vlo, vhi, scl, mrow, lrow, alpha);
       }
       for (int r = 0; r < rows; ++r) {
         if (alpha[r] == 1.f) continue;
@@ -1296,22 +1532,24 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
         const vf va = vsplat(alpha[r]);
         for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * va);
       }
-      gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);  // O += P V
+      if (narrow) narrow_tile<true>(g.dtype, vp, nc, nullptr, 0, rows, D, st, bmp, acc, Dp);  // O += P V
+      else gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);
       k0 += nc;
     }
   }
-  const RowLoc ol = q_rows(a.os, s, h);
   for (int r = 0; r < rows; ++r) {
     float* o = acc + (int64_t)r * Dp;
-    if (row_lo(g, s, i0 + r) >= row_hi(g, s, i0 + r)) {  // the row sees no key
+    const int64_t i = i0 + r / pk.heads, h = h0 + r % pk.heads;
+    float* lse = a.lse + s.lse0 + h * g.lse_hs + i;
+    if (row_lo(g, s, i) >= row_hi(g, s, i)) {  // the row sees no key
       memset(o, 0, sizeof(float) * Dp);
-      lse[r] = INFINITY;
+      *lse = INFINITY;
     } else {
       const vf inv = vsplat(1.f / lrow[r]);
       for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * inv);
-      lse[r] = mrow[r] * kLn2 + logf(lrow[r]);
+      *lse = mrow[r] * kLn2 + logf(lrow[r]);
     }
-    store_row(o, D, g.dtype, a.o, ol.at(i0 + r));
+    store_row(o, D, g.dtype, a.o, row_at(a.os, r));
   }
 }
 
@@ -1587,7 +1825,7 @@ void bwd_q_task(const BwdArgs& a, int64_t task, float* ws) {
       gemm<false>(st, bmp, K.p, K.ld, 1, qt, bmp, nc, bmp, D);   // S^T = K Q^T
       gemm<false>(dp, bmp, V.p, V.ld, 1, dot, bmp, nc, bmp, D);  // dP^T = V dO^T
       if (!tile_full(g, s, i0, rows, k0, nc)) {
-        fill_visible(g, s, i0, rows, k0, nc, vlo, vhi);
+        fill_visible(g, s, i0, rows, bmp, 1, k0, nc, vlo, vhi);
         if (g.softcap) ds_cols<true, true>(st, dp, nc, bmp, vlo, vhi, g, lse2, dvec);
         else ds_cols<true, false>(st, dp, nc, bmp, vlo, vhi, g, lse2, dvec);
       } else {

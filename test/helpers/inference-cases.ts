@@ -7,6 +7,8 @@ import type { MaskSpec, MergeCase, PagedCase, VarlenCase } from './inference';
 import { Rng, type DType } from './reference';
 
 const DTYPES: DType[] = ['float16', 'bfloat16', 'float32'];
+/** GQA groups (query heads per kv head) drawn unless a case set names its own. */
+const GROUPS = [1, 2, 4, 8];
 
 /**
  * A random mask: none, causal, a window (edges 0, 1, small, large, -1), causal + window, softcap.
@@ -37,14 +39,14 @@ export function randomMask(rng: Rng, nk: number, dtype: DType = 'float16'): Mask
 }
 
 /** Dense cases with windows / softcap for the existing forward / backward harness. */
-export function maskedDenseCases(seed: number, count: number, opts: { Ns: number[]; Ds: number[]; budget: number; gpu: boolean }): AttnCase[] {
+export function maskedDenseCases(seed: number, count: number, opts: { Ns: number[]; Ds: number[]; budget: number; gpu: boolean; groups?: number[] }): AttnCase[] {
   const rng = new Rng(seed);
   const out: AttnCase[] = [];
   while (out.length < count) {
     const Nq = rng.pick(opts.Ns), Nk = rng.pick(opts.Ns);
     const D = rng.pick(opts.Ds);
     const Hkv = rng.pick([1, 2]);
-    const H = Hkv * rng.pick([1, 2, 4, 8]);
+    const H = Hkv * rng.pick(opts.groups ?? GROUPS);
     const B = rng.pick([1, 2]);
     if (B * H * Nq * Nk * D > opts.budget) continue;
     const dtype = DTYPES[out.length % 3];
@@ -63,7 +65,7 @@ function lens(rng: Rng, B: number, maxLen: number, allowEmpty: boolean): number[
   return Array.from({ length: B }, () => (allowEmpty && rng.bool(0.15) ? 0 : rng.int(1, maxLen)));
 }
 
-export function varlenCases(seed: number, count: number, opts: { maxLen: number; Ds: number[]; maxB: number; backward: boolean; gpu: boolean }): VarlenCase[] {
+export function varlenCases(seed: number, count: number, opts: { maxLen: number; Ds: number[]; maxB: number; backward: boolean; gpu: boolean; groups?: number[] }): VarlenCase[] {
   const rng = new Rng(seed);
   const out: VarlenCase[] = [];
   for (let i = 0; i < count; i++) {
@@ -74,7 +76,7 @@ export function varlenCases(seed: number, count: number, opts: { maxLen: number;
     const Hkv = rng.pick([1, 2]);
     const m = randomMask(rng, opts.maxLen, DTYPES[i % 3]);
     out.push({
-      seed: seed * 1000 + i, lensQ, lensK, H: Hkv * rng.pick([1, 2, 4, 8]), Hkv, D: rng.pick(opts.Ds),
+      seed: seed * 1000 + i, lensQ, lensK, H: Hkv * rng.pick(opts.groups ?? GROUPS), Hkv, D: rng.pick(opts.Ds),
       dtype: DTYPES[i % 3], ...m, deviceIndex: rng.bool(0.4), backward: opts.backward,
       deterministic: opts.gpu && opts.backward && rng.bool(0.3) ? true : undefined,
     });
@@ -82,7 +84,7 @@ export function varlenCases(seed: number, count: number, opts: { maxLen: number;
   return out;
 }
 
-export function pagedCases(seed: number, count: number, opts: { maxBefore: number; maxFresh: number; Ds: number[]; maxB: number; gpu: boolean; pageSizes: number[] }): PagedCase[] {
+export function pagedCases(seed: number, count: number, opts: { maxBefore: number; maxFresh: number; Ds: number[]; maxB: number; gpu: boolean; pageSizes: number[]; groups?: number[] }): PagedCase[] {
   const rng = new Rng(seed);
   const out: PagedCase[] = [];
   for (let i = 0; i < count; i++) {
@@ -94,7 +96,7 @@ export function pagedCases(seed: number, count: number, opts: { maxBefore: numbe
     // Query counts: the fresh tokens, sometimes a few more of the cached ones (chunked prefill).
     const nq = fresh.map((f, b) => Math.min(total[b], f + (rng.bool(0.2) ? rng.int(0, 3) : 0)));
     const Hkv = rng.pick([1, 2, 4, 8]);
-    const group = rng.pick([1, 2, 4, 8]);
+    const group = rng.pick(opts.groups ?? GROUPS);
     const D = rng.pick(opts.Ds);
     const m = randomMask(rng, Math.max(...total, 1), DTYPES[i % 3]);
     const rot = rng.bool(0.4) ? {
