@@ -9,17 +9,19 @@ import { describeGpu } from '../helpers/reference';
 import { freshDraws } from './fresh-shapes';
 
 const { rng, DS, seedOf, title } = freshDraws();
+// Every GQA group size from 1 to 8, not only powers of two.
+const GROUPS = [1, 2, 3, 4, 5, 6, 7, 8];
 
 describeGpu(title('inference'), () => {
-  for (const c of varlenCases(seedOf(5), 24, { maxLen: 1500, Ds: DS, maxB: 7, backward: false, gpu: true })) {
+  for (const c of varlenCases(seedOf(5), 24, { maxLen: 1500, Ds: DS, maxB: 7, backward: false, gpu: true, groups: GROUPS })) {
     it(`varlen forward ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
   }
-  for (const c of varlenCases(seedOf(6), 14, { maxLen: 400, Ds: DS, maxB: 5, backward: true, gpu: true })) {
+  for (const c of varlenCases(seedOf(6), 14, { maxLen: 400, Ds: DS, maxB: 5, backward: true, gpu: true, groups: GROUPS })) {
     it(`varlen backward ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
   }
   const cost = (c: PagedCase) => c.H * c.D * c.before.reduce((acc, x, b) => acc + (c.nq ?? c.fresh)[b] * (x + c.fresh[b]), 0);
   const pageSizes = [...new Set([1, 16, rng.int(2, 40), rng.int(41, 300), 8 * rng.int(1, 64)])];
-  const paged = pagedCases(seedOf(7), 200, { maxBefore: 3000, maxFresh: 600, Ds: DS, maxB: 6, gpu: true, pageSizes })
+  const paged = pagedCases(seedOf(7), 200, { maxBefore: 3000, maxFresh: 600, Ds: DS, maxB: 6, gpu: true, pageSizes, groups: GROUPS })
     .filter((c) => cost(c) < 2e8).slice(0, 30);
   for (const c of paged) it(`paged ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   for (const c of mergeCases(seedOf(8), 6, { Ds: DS, maxParts: 9 })) {

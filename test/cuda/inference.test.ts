@@ -68,6 +68,11 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
   for (const c of pagedCases(8301, 48, { maxBefore: 700, maxFresh: 90, Ds: [64, 128, 256, 8, 96], maxB: 5, gpu: true, pageSizes: [1, 3, 16, 64, 256] })) {
     it(pagedName(c), () => checkPagedCase(c, 'cuda'));
   }
+  // GQA groups that are not powers of two: the decode kernel packs group x queries rows of a
+  // sequence (up to 16) into one pass over its K / V; larger products go to the prefill kernel.
+  for (const c of pagedCases(8304, 16, { maxBefore: 700, maxFresh: 6, Ds: [40, 64, 128], maxB: 5, gpu: true, pageSizes: [1, 16, 24], groups: [3, 5, 6, 7] })) {
+    it(`odd group: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
+  }
   // Long caches: the split-KV path with many splits, GQA 32/8 (one 16-row pass per kv head).
   const long: PagedCase[] = [
     { seed: 1, before: [6000], fresh: [1], pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'float16' },
