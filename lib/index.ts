@@ -66,7 +66,8 @@ export async function synchronize(device?: Device): Promise<void> {
 export function memoryStats(device?: Device): MemoryStats {
   const fn = 'memoryStats';
   const d = cudaIndex(fn, device);
-  return callNative(fn, () => native.memoryStats(d));
+  const s = callNative(fn, () => native.memoryStats(d));
+  return { allocated: s.allocated, reserved: s.reserved, peakAllocated: s.peakAllocated, free: s.free, total: s.total };
 }
 
 /** Starts a new peak for memoryStats().peakAllocated. */

@@ -12,7 +12,11 @@ export interface Handle { readonly __faHandle: never }
 export type HostArray = Float32Array | Uint16Array | Int32Array;
 export type SlotValue = Handle | HostArray | boolean | null | undefined;
 
-export interface NativeStats { allocated: number; reserved: number; peakAllocated: number; free: number; total: number }
+export interface NativeStats {
+  allocated: number; reserved: number; peakAllocated: number; free: number; total: number;
+  /** calls whose host index arrays went through an index slot (FA_INDEX_STREAM) / the staged copy (tests) */
+  indexSlotUploads: number; indexStagedUploads: number;
+}
 
 interface RawBinding {
   layout(): { fields: string[]; slots: string[]; ops: string[]; features?: string[] };

@@ -210,6 +210,12 @@ class DeviceContext {
   static constexpr size_t kIndexSlotBytes = size_t(1) << 20;
   IndexSlot* TakeIndexSlot(size_t bytes);
   void* index_stream() const { return index_stream_; }
+  // How the calls' host index arrays went to the device so far (JS thread; reported by
+  // memoryStats for the tests that check which path a call took): through an index slot, or
+  // the staged copy on the call's stream (default, too large for a slot, or no staging buffer).
+  void CountIndexUpload(bool slot) { ++(slot ? index_slot_uploads_ : index_staged_uploads_); }
+  double index_slot_uploads() const { return double(index_slot_uploads_); }
+  double index_staged_uploads() const { return double(index_staged_uploads_); }
 
   // Pool figures: bytes in use, bytes reserved from the driver, peak in use.
   void MemoryStats(double* allocated, double* reserved, double* peak);
@@ -246,6 +252,7 @@ class DeviceContext {
   std::vector<IndexSlot> index_slots_;
   size_t index_next_ = 0;
   int index_mode_ = -1;  // FA_INDEX_STREAM, read on first use
+  uint64_t index_slot_uploads_ = 0, index_staged_uploads_ = 0;
   void* pool_ = nullptr;
   std::string sticky_;
   bool shut_down_ = false;

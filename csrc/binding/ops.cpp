@@ -489,9 +489,14 @@ struct IndexStaging {
     std::string err = ctx->Submit([hc = copy, stream, f](int* code) -> std::string {
       std::string e = hc.Issue(stream, code);
       if (!e.empty()) return e;
-      std::string r = f(code);
-      hc.Done(stream);
-      return r;
+      // The slot's `done` is recorded after whatever f queued, also when f throws after queuing
+      // kernels (the slot must not be rewritten while they may still read it).
+      struct DoneAtExit {
+        const HostCopy& hc;
+        cudaStream_t s;
+        ~DoneAtExit() { hc.Done(s); }
+      } done{hc, stream};
+      return f(code);
     });
     taken = true;
     return err;
@@ -542,7 +547,9 @@ struct IndexStaging {
       }
       copy = HostCopy{dev, pin, total, slot, cc.ctx->index_stream()};
       cc.ctx->RetirePinnedQueued(pin);
+      cc.ctx->CountIndexUpload(slot != nullptr);
     } else {  // over the staging limit: one synchronous copy each (rare: megabytes of indices)
+      cc.ctx->CountIndexUpload(false);
       cudaStream_t s = static_cast<cudaStream_t>(cc.ctx->stream());
       for (auto& e : host) {
         *e.dst = reinterpret_cast<const int32_t*>(dev + off);

@@ -342,6 +342,8 @@ Napi::Value MemoryStats(const Napi::CallbackInfo& info) {
   o.Set("peakAllocated", peak);
   o.Set("free", free_b);
   o.Set("total", total_b);
+  o.Set("indexSlotUploads", ctx->index_slot_uploads());
+  o.Set("indexStagedUploads", ctx->index_staged_uploads());
   return o;
 }
 

@@ -6,10 +6,29 @@
 // different index arrays each, so that a slot rewritten while an earlier kernel still reads it would
 // show: every result must equal, bit for bit, the same call made with device index tensors (which
 // never take either path). A page table larger than a slot takes the staged copy in either mode.
-// These check correctness, not that a path was taken (the timing A/B does that).
+// The context counts the uploads each path took (native memoryStats), so each test also checks
+// that its calls went the way the mode says.
 import { expect, it } from 'vitest';
-import { Tensor, appendKV, flashAttention, flashAttentionVarlen, pagedAttention, synchronize } from '../../lib/index';
+import {
+  Tensor, appendKV, flashAttention, flashAttentionVarlen, flashAttentionVarlenBackward, pagedAttention, synchronize,
+} from '../../lib/index';
+import { native } from '../../lib/native';
 import { Rng, bytesEqual, describeGpu, randomTensor, rawBytes } from '../helpers/reference';
+
+/** 'stream': FA_INDEX_STREAM=1 (index slots); 'staged': FA_INDEX_STREAM=0. */
+export type IndexMode = 'stream' | 'staged';
+
+// Host index uploads so far, by path.
+function uploads(): { slot: number; staged: number } {
+  const s = native.memoryStats(0);
+  return { slot: s.indexSlotUploads, staged: s.indexStagedUploads };
+}
+// Expects `calls` uploads since `before`: `inSlot` of them through a slot when the mode is 'stream'.
+function expectUploads(mode: IndexMode, before: { slot: number; staged: number }, calls: number, inSlot: number): void {
+  const now = uploads();
+  const slot = now.slot - before.slot, staged = now.staged - before.staged;
+  expect({ slot, staged }).toEqual(mode === 'stream' ? { slot: inSlot, staged: calls - inSlot } : { slot: 0, staged: calls });
+}
 
 async function dev(t: Tensor): Promise<Tensor> {
   const d = await t.to('cuda');
@@ -31,13 +50,14 @@ const prefix = (lens: number[]) => Int32Array.from({ length: lens.length + 1 }, 
 // index copies (on the index stream) run ahead: the ninth call's copy must wait for the first call's
 // kernels, which run only after this one (without the slots' `done` waits it would overwrite the
 // first call's indices before they are read).
+// About 4 ms on an H200, so that tens of calls queue behind it.
 async function blocker(): Promise<void> {
-  const x = await Tensor.zeros([1, 8192, 16, 128], { dtype: 'float16', device: 'cuda' });
+  const x = await Tensor.zeros([4, 8192, 16, 128], { dtype: 'float16', device: 'cuda' });
   const r = await flashAttention(x, x, x);
   for (const t of [x, r.out, r.lse]) t.dispose();  // (safe while queued work still uses them)
 }
 
-export function indexArrayTests(title: string): void {
+export function indexArrayTests(title: string, mode: IndexMode): void {
   describeGpu(title, () => {
     it('40 packed calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
       const rng = new Rng(7001);
@@ -46,9 +66,17 @@ export function indexArrayTests(title: string): void {
       const k = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
       const v = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
       const cus = Array.from({ length: 40 }, () => prefix(split(rng, T, rng.int(2, 12))));
+      // One call first, so that the slots' set-up (a stream, device buffers, events) and the first
+      // staging buffer are not what the blocker's time is spent on.
+      const warm = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cus[0], cuSeqlensK: cus[0], causal: true });
+      await synchronize();
+      warm.out.dispose();
+      warm.lse.dispose();
+      const before = uploads();
       const host = [];
       await blocker();
       for (const cu of cus) host.push(await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, causal: true }));
+      expectUploads(mode, before, cus.length, cus.length);
       // (the maximum lengths as the host path works them out: they choose the kernel and the grid)
       const ref = [];
       for (const cu of cus) {
@@ -74,6 +102,11 @@ export function indexArrayTests(title: string): void {
       for (let i = numPages - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
       const table = Int32Array.from(perm);
       const zeros = () => Tensor.zeros([numPages, page, Hkv, D], { dtype: 'float16', device: 'cuda' });
+      // Rotary on the keys written and the queries (its kernels read the index arrays too).
+      const half = D / 4;  // partial rotary: the first D / 2 features
+      const cos = await Tensor.from(Float32Array.from({ length: maxLen * half }, (_, i) => Math.cos(i * 0.37)), [maxLen, half]).to('cuda');
+      const sin = await Tensor.from(Float32Array.from({ length: maxLen * half }, (_, i) => Math.sin(i * 0.37)), [maxLen, half]).to('cuda');
+      const rotary = { cos, sin, interleaved: true };
       const caches = [[await zeros(), await zeros()], [await zeros(), await zeros()]];
       // The steps: each appends 1..12 tokens per sequence and queries them (prefill chunks and decode).
       const steps: { fresh: number[]; before: number[]; k: Tensor; v: Tensor; q: Tensor }[] = [];
@@ -93,24 +126,28 @@ export function indexArrayTests(title: string): void {
       for (const side of [0, 1]) {
         const [kc, vc] = caches[side];
         const res = [];
+        const before = uploads();
         await blocker();
         for (const st of steps) {
           const cuNew = prefix(st.fresh);
           const before = Int32Array.from(st.before);
           const after = Int32Array.from(st.before.map((n, b) => n + st.fresh[b]));
           if (side === 0) {
-            await appendKV(kc, vc, st.k, st.v, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: before });
-            res.push(await pagedAttention(st.q, kc, vc, { pageTable: table, seqlensK: after, cuSeqlensQ: cuNew, causal: true }));
+            await appendKV(kc, vc, st.k, st.v, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: before, rotary });
+            res.push(await pagedAttention(st.q, kc, vc, { pageTable: table, seqlensK: after, cuSeqlensQ: cuNew, causal: true, rotary }));
           } else {
             const idx = await Promise.all([devIndex(table), devIndex(cuNew), devIndex(before), devIndex(after)]);
             const [pt, cu, sb, sk] = idx;
-            await appendKV(kc, vc, st.k, st.v, { pageTable: pt, cuSeqlensNew: cu, seqlensBefore: sb });
+            await appendKV(kc, vc, st.k, st.v, { pageTable: pt, cuSeqlensNew: cu, seqlensBefore: sb, rotary });
             res.push(await pagedAttention(st.q, kc, vc, {
-              pageTable: pt, seqlensK: sk, cuSeqlensQ: cu, causal: true, maxSeqlenQ: Math.max(...st.fresh), maxSeqlenK: Math.max(...after),
+              pageTable: pt, seqlensK: sk, cuSeqlensQ: cu, causal: true, rotary,
+              maxSeqlenQ: Math.max(...st.fresh), maxSeqlenK: Math.max(...after),
             }));
             idx.forEach((t) => t.dispose());
           }
         }
+        // (the host side: two calls per step, each with its own upload)
+        if (side === 0) expectUploads(mode, before, 2 * steps.length, 2 * steps.length);
         await synchronize();
         for (const r of res) { outs[side].push(await rawBytes(r.out)); r.out.dispose(); r.lse.dispose(); }
       }
@@ -119,30 +156,36 @@ export function indexArrayTests(title: string): void {
       expect(bytesEqual(await rawBytes(caches[0][1]), await rawBytes(caches[1][1]))).toBe(true);
       for (const st of steps) for (const t of [st.k, st.v, st.q]) t.dispose();
       for (const c of caches) for (const t of c) t.dispose();
+      cos.dispose();
+      sin.dispose();
     });
 
-    it('paged calls whose page table is larger than an index slot (1 MiB), queued back to back, equal the device-index calls bit for bit', async () => {
+    it('paged calls with page tables of 0.5 MiB (a slot) and 1.03 MiB (larger than a slot: the staged copy) in turns, queued back to back, equal the device-index calls bit for bit', async () => {
       const rng = new Rng(7003);
       const B = 64, H = 4, Hkv = 1, D = 64, page = 4, numPages = 2000;
-      const maxPages = 4200;  // 64 x 4200 entries: 1.03 MiB of page table
+      // 64 x 2000 entries: 0.49 MiB with the other arrays; 64 x 4200: 1.03 MiB.
+      const pagesOf = (i: number) => (i % 2 === 0 ? 2000 : 4200);
       const kc = await dev(randomTensor(rng, [numPages, page, Hkv, D], 'float16').tensor);
       const vc = await dev(randomTensor(rng, [numPages, page, Hkv, D], 'float16').tensor);
-      const calls = Array.from({ length: 10 }, () => {
+      const calls = Array.from({ length: 12 }, (_, i) => {
+        const maxPages = pagesOf(i);
         const table = Int32Array.from({ length: B * maxPages }, () => rng.int(0, numPages - 1));
         const fresh = Array.from({ length: B }, () => rng.int(1, 3));
         const sk = Int32Array.from(fresh, (f) => f + rng.int(0, 300));
-        return { table, cu: prefix(fresh), sk, maxQ: Math.max(...fresh), maxK: Math.max(...sk) };
+        return { table, maxPages, cu: prefix(fresh), sk, maxQ: Math.max(...fresh), maxK: Math.max(...sk) };
       });
       const qs = [];
       for (const c of calls) qs.push(await dev(randomTensor(rng, [c.cu[B], H, D], 'float16').tensor));
       const host = [];
+      const before = uploads();
       await blocker();
       for (const [i, c] of calls.entries()) {
         host.push(await pagedAttention(qs[i], kc, vc, { pageTable: c.table, seqlensK: c.sk, cuSeqlensQ: c.cu, causal: true }));
       }
+      expectUploads(mode, before, calls.length, calls.length / 2);
       const ref = [];
       for (const [i, c] of calls.entries()) {
-        const pt = await Tensor.from(c.table, [B, maxPages]).to('cuda');
+        const pt = await Tensor.from(c.table, [B, c.maxPages]).to('cuda');
         const idx = await Promise.all([devIndex(c.cu), devIndex(c.sk)]);
         ref.push(await pagedAttention(qs[i], kc, vc, { pageTable: pt, seqlensK: idx[1], cuSeqlensQ: idx[0], causal: true, maxSeqlenQ: c.maxQ, maxSeqlenK: c.maxK }));
         for (const t of [pt, ...idx]) t.dispose();
@@ -154,6 +197,46 @@ export function indexArrayTests(title: string): void {
       }
       for (const r of [...host, ...ref]) { r.out.dispose(); r.lse.dispose(); }
       for (const t of [kc, vc, ...qs]) t.dispose();
+    });
+
+    it('16 deterministic packed backward calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
+      const rng = new Rng(7004);
+      const T = 700, H = 4, Hkv = 2, D = 64;
+      const q = await dev(randomTensor(rng, [T, H, D], 'bfloat16').tensor);
+      const k = await dev(randomTensor(rng, [T, Hkv, D], 'bfloat16').tensor);
+      const v = await dev(randomTensor(rng, [T, Hkv, D], 'bfloat16').tensor);
+      const dout = await dev(randomTensor(rng, [T, H, D], 'bfloat16').tensor);
+      const cases = [];
+      for (let i = 0; i < 16; i++) {
+        const cu = prefix(split(rng, T, rng.int(2, 9)));
+        const t = await devIndex(cu);
+        const maxL = Math.max(...Array.from({ length: cu.length - 1 }, (_, b) => cu[b + 1] - cu[b]));
+        const idx = { cuSeqlensQ: t, cuSeqlensK: t, maxSeqlenQ: maxL, maxSeqlenK: maxL };
+        const fwd = await flashAttentionVarlen(q, k, v, { ...idx, causal: true });
+        cases.push({ cu, t, idx, fwd });
+      }
+      await synchronize();
+      const before = uploads();
+      const host = [];
+      await blocker();
+      for (const c of cases) {
+        host.push(await flashAttentionVarlenBackward(dout, q, k, v, c.fwd.out, c.fwd.lse,
+          { cuSeqlensQ: c.cu, cuSeqlensK: c.cu, causal: true, deterministic: true }));
+      }
+      expectUploads(mode, before, cases.length, cases.length);
+      const ref = [];
+      for (const c of cases) {
+        ref.push(await flashAttentionVarlenBackward(dout, q, k, v, c.fwd.out, c.fwd.lse, { ...c.idx, causal: true, deterministic: true }));
+      }
+      await synchronize();
+      for (let i = 0; i < cases.length; i++) {
+        for (const g of ['dq', 'dk', 'dv'] as const) {
+          expect(bytesEqual(await rawBytes(host[i][g]), await rawBytes(ref[i][g])), `call ${i} ${g}`).toBe(true);
+        }
+      }
+      for (const r of [...host, ...ref]) { r.dq.dispose(); r.dk.dispose(); r.dv.dispose(); }
+      for (const c of cases) { c.t.dispose(); c.fwd.out.dispose(); c.fwd.lse.dispose(); }
+      for (const t of [q, k, v, dout]) t.dispose();
     });
   });
 }

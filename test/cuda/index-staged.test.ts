@@ -7,4 +7,4 @@ import { indexArrayTests } from './index-calls';
 
 process.env.FA_INDEX_STREAM = '0';  // read by the native context at its first host index array
 
-indexArrayTests('CUDA: host index arrays staged on the call stream (FA_INDEX_STREAM=0)');
+indexArrayTests('CUDA: host index arrays staged on the call stream (FA_INDEX_STREAM=0)', 'staged');

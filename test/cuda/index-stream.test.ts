@@ -7,4 +7,4 @@ import { indexArrayTests } from './index-calls';
 
 process.env.FA_INDEX_STREAM = '1';  // read by the native context at its first host index array
 
-indexArrayTests('CUDA: host index arrays through the index stream (FA_INDEX_STREAM=1)');
+indexArrayTests('CUDA: host index arrays through the index stream (FA_INDEX_STREAM=1)', 'stream');
