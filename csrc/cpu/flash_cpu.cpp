@@ -234,9 +234,10 @@ inline bool tile_full(const Geometry& g, const Seq& s, int64_t i0, int rows, int
 // GQA packing in the forward. A task takes `heads` query heads of one kv group (a divisor of the
 // group) and up to `qrows` = bm / heads query rows of each, as tile rows r = qi * heads + j (query
 // row i0 + qi of head h0 + j), so the heads of a group share every K / V tile: it is converted
-// (fp16 / bf16) and read once for them instead of once per head. Sequences with bm or more query
-// rows keep one head per task; a decode step (one query) packs the whole group. The choice
-// depends on the sequence's query rows and the tile size only, never on the thread count.
+// (fp16 / bf16) and read once for them instead of once per head. `heads` is the largest divisor
+// d of the group with d x (query rows) <= bm: a decode step (one query) packs the whole group, a
+// sequence of more than bm / 2 rows keeps one head per task. The choice depends on the sequence's
+// query rows and the tile size only, never on the thread count.
 struct FwdPack {
   int heads;  // query heads per task
   int qrows;  // query rows per task (bm / heads)
