@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|index-stream|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -61,6 +61,21 @@ for s in $steps; do
       FA_REQUIRE_GPU=1 timeout 240 npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
       grep -E "Test Files|Tests  |emptyCache released" "$OUT/gpu-tests.log"
       grep -E "^ +(FAIL|×)|AssertionError|Error: " "$OUT/gpu-tests.log" | head -40 ;;
+    index-stream)
+      # Host Int32Array index arrays: the staged copy (FA_INDEX_STREAM=0) against the index stream
+      # (=1) in turns, 2 rounds, on three packed / paged batches (64 x 5-64 tokens, 32 x 20-209,
+      # the varlen bench's 11), device index tensors beside them (NOTES-inference.md, thirty-fourth
+      # session). Then the inference benches with the index stream on (the serving loop's second
+      # line: Int32Arrays passed to every call).
+      s64=$(node -e 'console.log(Array.from({length:64},(_,i)=>((i*37)%60)+5).join(","))')
+      m32=$(node -e 'console.log(Array.from({length:32},(_,i)=>((i*53)%190)+20).join(","))')
+      for r in 1 2; do for mode in 0 1; do for lens in "$s64" "$m32" 8192,3000,1800,1200,700,500,300,200,150,100,242; do
+        FA_INDEX_STREAM=$mode PROBE_KINDS=sparse,host PROBE_LENS=$lens PROBE_MS=40 timeout 60 node scripts/paged-probe.js 16 2>&1 \
+          | grep -E "^(varlen|page)" | sed "s/^/round $r FA_INDEX_STREAM=$mode ${lens:0:12}..: /" | tee -a "$OUT/index-stream.log"
+      done; done; done
+      FA_INDEX_STREAM=1 timeout 240 node dist/bench/cli.js --grid off --decode --varlen --serve --compare torch --out "$OUT/inf" \
+        > "$OUT/inference-bench.log" 2>&1 || rc=1
+      tail -4 "$OUT/inference-bench.log"; echo "index-stream done $(el)" ;;
     sanitize)
       for tool in memcheck racecheck; do
         timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 node scripts/gpu-smoke.js > /tmp/sanitize-$tool.log 2>&1
