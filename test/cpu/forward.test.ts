@@ -187,6 +187,27 @@ describe('lse is the float64 logsumexp of each row', () => {
 });
 
 describe('thread count and repetition do not change the result (bit-identical)', () => {
+  // Decode steps and short chunks: the query heads of a GQA group share a task (one query: the
+  // narrow kernels; five queries x six heads: the GEMMs over packed rows).
+  for (const [Nq, D, dtype] of [[1, 64, 'float16'], [5, 40, 'float32']] as const) {
+    it(`${dtype} Nq ${Nq}, GQA 12/2: threads 1, 2, 3 and default give identical out and lse bits`, async () => {
+      const rng = new Rng(78 + Nq);
+      const q = randomTensor(rng, [3, Nq, 12, D], dtype);
+      const k = randomTensor(rng, [3, 300, 2, D], dtype);
+      const v = randomTensor(rng, [3, 300, 2, D], dtype);
+      try {
+        const opts = { causal: true, window: [200, 0] as [number, number] };
+        const base = await forwardValues(q.tensor, k.tensor, v.tensor, { ...opts, cpu: { threads: 1 } });
+        for (const cpu of [{ threads: 2 }, { threads: 3 }, undefined]) {
+          const r = await forwardValues(q.tensor, k.tensor, v.tensor, cpu ? { ...opts, cpu } : opts);
+          expect(bytesEqual(r.outBytes, base.outBytes), `out bits differ with cpu=${JSON.stringify(cpu)}`).toBe(true);
+          expect(bytesEqual(r.lseBytes, base.lseBytes), `lse bits differ with cpu=${JSON.stringify(cpu)}`).toBe(true);
+        }
+      } finally {
+        disposeAll(q.tensor, k.tensor, v.tensor);
+      }
+    });
+  }
   for (const dtype of ['float32', 'bfloat16'] as const) {
     it(`${dtype}: threads 1, 2, 3 and default give identical out and lse bits`, async () => {
       const rng = new Rng(77);
