@@ -1,6 +1,6 @@
 // The CPU backend's decode step: pagedAttention with one query per sequence against a paged cache
-// (D 128, page 16, pages shuffled, causal; GQA 32/8 in fp16 / bf16 / fp32, GQA 32/4, and an MHA
-// cache, H 8 / Hkv 8, where no heads pack). Public-API time of awaited
+// (D 128, page 16, pages shuffled, causal; GQA 32/8 in fp16 / bf16 / fp32, GQA 32/4, an MHA cache,
+// H 8 / Hkv 8, where no heads pack, and MQA 8/1 at B 1, one task unless its keys are split). Public-API time of awaited
 // calls (the CPU backend settles when done), median of PROBE_IT calls (default 9) after one
 // warm-up, and the K/V bytes read per second. Usage: node scripts/cpu-decode-probe.js
 // [B x N cells, e.g. 16x4096 1x16384] (default the cells below). FA_ADDON_PATH picks another
@@ -54,7 +54,7 @@ async function main() {
   const args = process.argv.slice(2).map((s) => s.split('x').map(Number)).filter((c) => c.length === 2 && c[0] > 0 && c[1] > 0);
   const cells = args.length
     ? args.map(([B, N]) => [B, N, 32, 8, 'float16'])
-    : [[16, 4096, 32, 8, 'float16'], [1, 16384, 32, 8, 'bfloat16'], [4, 4096, 32, 8, 'float32'], [16, 4096, 8, 8, 'float16'], [8, 4096, 32, 4, 'float16']];
+    : [[16, 4096, 32, 8, 'float16'], [1, 16384, 32, 8, 'bfloat16'], [4, 4096, 32, 8, 'float32'], [16, 4096, 8, 8, 'float16'], [8, 4096, 32, 4, 'float16'], [1, 65536, 8, 1, 'float16']];
   console.log(`CPU decode through pagedAttention (D 128, page 16, shuffled; ${IT} calls, median), ${require('os').cpus().length} cores`);
   console.log('| dtype | B x cached tokens | H/Hkv | ms per call | K/V GB/s |');
   console.log('| --- | --- | --- | --- | --- |');

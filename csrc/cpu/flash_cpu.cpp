@@ -260,7 +260,53 @@ struct FwdArgs {
   float* lse;
   fa_strides qs, ks, vs, os;
   const int64_t* q_start;  // [B + 1]: first task of each sequence (H / heads x its query blocks, FwdPack)
+  // Key splits (fwd_splits): with splits > 1 work item w is split w % splits of task w / splits over
+  // its share of the task's keys, and leaves its unnormalised O rows and their m, l in `part`
+  // ([task][split], part_stride floats each: bm rows of Dp, then bm m's, then bm l's); the combine
+  // pass (fwd_combine_task) then finishes each task's rows.
+  int splits = 1;
+  float* part = nullptr;
+  int64_t part_stride = 0;
 };
+
+// Key splits of the forward: a call with fewer than kSplitTasks tasks (a decode step of one or a few
+// sequences with few kv heads) splits each task's keys into up to kSplitTasks / tasks pieces of at
+// least kSplitMinKeys keys, so that more cores share it; the pieces' partial results are combined
+// by their running max and sum. The count depends on the shape only (task count, longest sequence),
+// never on the thread count, so results stay bit-identical for any number of threads.
+constexpr int64_t kSplitTasks = 32;
+constexpr int64_t kSplitMinKeys = 1024;
+inline int fwd_splits(const Geometry& g, int64_t tasks) {
+  if (tasks <= 0 || tasks >= kSplitTasks) return 1;
+  return (int)std::max<int64_t>(1, std::min<int64_t>((kSplitTasks + tasks - 1) / tasks, g.Nk / kSplitMinKeys));
+}
+
+// A forward task's rows (FwdPack): tile row r is query row i0 + r / pk.heads of head
+// h0 + r % pk.heads of sequence s.
+struct FwdTile {
+  Seq s;
+  FwdPack pk;
+  int64_t i0, h0;
+  int qn, rows;  // query rows, tile rows (qn x heads)
+};
+inline FwdTile fwd_tile(const FwdArgs& a, int64_t task) {
+  const Geometry& g = a.g;
+  FwdTile tl;
+  const int64_t b = task_seq(a.q_start, g.B, task);
+  tl.s = seq_of(g, b);
+  tl.pk = fwd_pack(g, tl.s.nq);
+  const int64_t nqb = (tl.s.nq + tl.pk.qrows - 1) / tl.pk.qrows;
+  const int64_t t = task - a.q_start[b];
+  tl.h0 = t / nqb * tl.pk.heads;
+  tl.i0 = (nqb - 1 - t % nqb) * tl.pk.qrows;  // heavy (causal) blocks first
+  tl.qn = (int)std::min<int64_t>(tl.pk.qrows, tl.s.nq - tl.i0);
+  tl.rows = tl.qn * tl.pk.heads;
+  return tl;
+}
+// Element offset of tile row r in a [.., rows, heads, D] tensor (q, o) with strides st.
+inline int64_t fwd_row_at(const fa_strides& st, const FwdTile& tl, int r) {
+  return q_rows(st, tl.s, tl.h0 + r % tl.pk.heads).at(tl.i0 + r / tl.pk.heads);
+}
 
 struct BwdArgs {
   Geometry g;
@@ -373,6 +419,7 @@ namespace {
 struct KernelSet {
   const char* name;
   void (*fwd)(const FwdArgs&, int64_t, float*);
+  void (*combine)(const FwdArgs&, int64_t);
   void (*dot)(const BwdArgs&, int64_t);
   void (*kv)(const BwdArgs&, int64_t, float*);
   void (*q)(const BwdArgs&, int64_t, float*);
@@ -382,6 +429,7 @@ struct KernelSet {
 
 const KernelSet kGeneric = {"generic",
                             k_generic::fwd_task,
+                            k_generic::fwd_combine_task,
                             k_generic::bwd_dot_task,
                             k_generic::bwd_kv_task,
                             k_generic::bwd_q_task,
@@ -390,6 +438,7 @@ const KernelSet kGeneric = {"generic",
 #if FA_CPU_X86_DISPATCH
 const KernelSet kAvx2 = {"avx2",
                          k_avx2::fwd_task,
+                         k_avx2::fwd_combine_task,
                          k_avx2::bwd_dot_task,
                          k_avx2::bwd_kv_task,
                          k_avx2::bwd_q_task,
@@ -763,14 +812,22 @@ fa_status fwd_impl(const fa_fwd_params* p) {
   const std::vector<int64_t> q_start = fwd_task_starts(a.g);
   a.q_start = q_start.data();
   const int64_t n_tasks = q_start.back();
-  const int threads = planned_threads(p->num_threads, n_tasks);
+  a.splits = fwd_splits(a.g, n_tasks);
+  const int64_t n_items = n_tasks * a.splits;
+  a.part_stride = (int64_t)a.g.bm * (a.g.Dp + 2);
+  FloatBuffer part(a.splits > 1 ? n_items * a.part_stride : 0);
+  if (a.splits > 1 && part.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_fwd_cpu: cannot allocate key-split partials");
+  a.part = part.ptr;
+  const int threads = planned_threads(p->num_threads, n_items);
   const Scratch layout(a.g);
   FloatBuffer scratch(layout.total * threads);
   if (scratch.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_fwd_cpu: cannot allocate scratch");
   float* ws = scratch.ptr;
   const int64_t per = layout.total;
   auto body = [&](int64_t t, int slot) { ks.fwd(a, t, ws + per * slot); };
-  if (!parallel_for(n_tasks, p->num_threads, body))
+  auto combine = [&](int64_t t, int) { ks.combine(a, t); };
+  if (!parallel_for(n_items, p->num_threads, body) ||
+      (a.splits > 1 && !parallel_for(n_tasks, p->num_threads, combine)))
     return fail(FA_ERR_INVALID, "fa_fwd_cpu: internal error in a worker task");
   return FA_OK;
 }
@@ -1455,12 +1512,33 @@ static void softmax_cols(float* __restrict st, int nc, int bmp, int rp, const in
   for (; r < rp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
 }
 
-// Forward task: one block of query rows of `heads` query heads of one kv group of one sequence
-// (FwdPack), tile row r = qi * heads + j for query row i0 + qi of head h0 + j. Scores are computed
-// transposed, S^T = K Q^T, so that Q is transposed once per task and K / V tiles are used as
-// loaded. The GEMMs and the softmax cover the task's rows rounded up to 8 (rp), not the tile's
-// capacity, so short sequences in a packed batch pay for their own rows only.
-void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
+// Normalises a task's O rows (acc, [rows][Dp], unnormalised) by their sums l and stores them, with
+// their lse from the running max m (log2 domain); rows that see no key get O = 0, lse = +inf.
+static void fwd_store_rows(const FwdArgs& a, const FwdTile& tl, float* acc, const float* mrow, const float* lrow) {
+  const Geometry& g = a.g;
+  const int Dp = g.Dp;
+  for (int r = 0; r < tl.rows; ++r) {
+    float* o = acc + (int64_t)r * Dp;
+    const int64_t i = tl.i0 + r / tl.pk.heads, h = tl.h0 + r % tl.pk.heads;
+    float* lse = a.lse + tl.s.lse0 + h * g.lse_hs + i;
+    if (row_lo(g, tl.s, i) >= row_hi(g, tl.s, i)) {  // the row sees no key
+      memset(o, 0, sizeof(float) * Dp);
+      *lse = INFINITY;
+    } else {
+      const vf inv = vsplat(1.f / lrow[r]);
+      for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * inv);
+      *lse = mrow[r] * kLn2 + logf(lrow[r]);
+    }
+    store_row(o, g.D, g.dtype, a.o, fwd_row_at(a.os, tl, r));
+  }
+}
+
+// Forward work item: one block of query rows of `heads` query heads of one kv group of one
+// sequence (FwdTile), over all of its keys or, with key splits, over split w % splits of them.
+// Scores are computed transposed, S^T = K Q^T, so that Q is transposed once per item and K / V
+// tiles are used as loaded. The GEMMs and the softmax cover the task's rows rounded up to 8 (rp),
+// not the tile's capacity, so short sequences in a packed batch pay for their own rows only.
+void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
   const Geometry& g = a.g;
   const Scratch sc(g);
   float* __restrict qt = ws + sc.qt;
@@ -1472,29 +1550,26 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
   int32_t* vlo = reinterpret_cast<int32_t*>(ws + sc.vlo);
   int32_t* vhi = reinterpret_cast<int32_t*>(ws + sc.vhi);
 
-  const int64_t b = task_seq(a.q_start, g.B, task);
-  const Seq s = seq_of(g, b);
-  const FwdPack pk = fwd_pack(g, s.nq);
-  const int64_t nqb = (s.nq + pk.qrows - 1) / pk.qrows;
-  const int64_t t = task - a.q_start[b];
-  const int64_t h0 = t / nqb * pk.heads;
-  const int64_t i0 = (nqb - 1 - t % nqb) * pk.qrows;  // heavy (causal) blocks first
-  const int qn = (int)std::min<int64_t>(pk.qrows, s.nq - i0);  // query rows
-  const int rows = qn * pk.heads, rp = round_up(rows, 8);
-  const int64_t hk = h0 / g.group;
+  const int64_t task = item / a.splits, split = item % a.splits;
+  const FwdTile tl = fwd_tile(a, task);
+  const Seq& s = tl.s;
+  const int64_t i0 = tl.i0, hk = tl.h0 / g.group;
+  const int qn = tl.qn, rows = tl.rows, rp = round_up(rows, 8);
   const int Dp = g.Dp, D = g.D, bmp = g.bmp;
   const float scl = g.softcap ? 1.f : g.scale_log2;  // softcap tiles already hold log2-domain scores
-  // Element offset of tile row r in a [.., rows, heads, D] tensor with strides st_.
-  auto row_at = [&](const fa_strides& st_, int r) {
-    return q_rows(st_, s, h0 + r % pk.heads).at(i0 + r / pk.heads);
-  };
 
   for (int r = 0; r < rp; ++r) {
     mrow[r] = -INFINITY;
     lrow[r] = 0.f;
   }
   memset(acc, 0, sizeof(float) * (size_t)rows * Dp);
-  const Range keys = block_keys(g, s, i0, qn);  // every other key is masked for every row
+  Range keys = block_keys(g, s, i0, qn);  // every other key is masked for every row
+  if (a.splits > 1 && keys.lo < keys.hi) {  // this split's share: whole tiles, the last ones may be empty
+    const int64_t per = (keys.hi - keys.lo + a.splits - 1) / a.splits;
+    const int64_t chunk = (per + g.bn - 1) / g.bn * g.bn;
+    keys.lo += split * chunk;
+    keys.hi = std::min(keys.hi, keys.lo + chunk);
+  }
   // Narrow tasks (decode) read K / V in place (see narrow_tile); the others through GEMMs.
   const bool narrow = rows <= kNarrowRows && D % 8 == 0;
   if (keys.lo < keys.hi) {
@@ -1504,9 +1579,9 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
     const char** vp = reinterpret_cast<const char**>(ws + sc.vp);
     float* __restrict qr = ws + sc.qr;
     if (narrow)
-      for (int r = 0; r < rows; ++r) load_row(a.q, row_at(a.qs, r), g.dtype, D, qr + (int64_t)r * Dp);
+      for (int r = 0; r < rows; ++r) load_row(a.q, fwd_row_at(a.qs, tl, r), g.dtype, D, qr + (int64_t)r * Dp);
     else
-      load_tile_t_at(a.q, [&](int r) { return row_at(a.qs, r); }, g, rows, qt, bmp, rp, ws + sc.tmp);
+      load_tile_t_at(a.q, [&](int r) { return fwd_row_at(a.qs, tl, r); }, g, rows, qt, bmp, rp, ws + sc.tmp);
     for (int64_t k0 = keys.lo; k0 < keys.hi;) {
       int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
       if (g.page_cap) nc = (int)std::min<int64_t>(nc, g.page_size - k0 % g.page_size);
@@ -1522,7 +1597,7 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
       }
       if (g.softcap) softcap_tile_cols(st, nc, bmp, rp, g.cap_in, g.cap_out);
       if (!tile_full(g, s, i0, qn, k0, nc)) {  // some row does not see the whole tile
-        fill_visible(g, s, i0, rows, rp, pk.heads, k0, nc, vlo, vhi);
+        fill_visible(g, s, i0, rows, rp, tl.pk.heads, k0, nc, vlo, vhi);
         softmax_cols<true>(st, nc, bmp, rp, vlo, vhi, scl, mrow, lrow, alpha);
       } else {
         softmax_cols<false>(st, nc, bmp, rp, vlo, vhi, scl, mrow, lrow, alpha);
@@ -1538,20 +1613,48 @@ void fwd_task(const FwdArgs& a, int64_t task, float* ws) {
       k0 += nc;
     }
   }
-  for (int r = 0; r < rows; ++r) {
-    float* o = acc + (int64_t)r * Dp;
-    const int64_t i = i0 + r / pk.heads, h = h0 + r % pk.heads;
-    float* lse = a.lse + s.lse0 + h * g.lse_hs + i;
-    if (row_lo(g, s, i) >= row_hi(g, s, i)) {  // the row sees no key
-      memset(o, 0, sizeof(float) * Dp);
-      *lse = INFINITY;
-    } else {
-      const vf inv = vsplat(1.f / lrow[r]);
-      for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * inv);
-      *lse = mrow[r] * kLn2 + logf(lrow[r]);
-    }
-    store_row(o, D, g.dtype, a.o, row_at(a.os, r));
+  if (a.splits == 1) {
+    fwd_store_rows(a, tl, acc, mrow, lrow);
+    return;
   }
+  float* part = a.part + item * a.part_stride;  // the partial result, for fwd_combine_task
+  memcpy(part, acc, sizeof(float) * (size_t)rows * Dp);
+  memcpy(part + (int64_t)g.bm * Dp, mrow, sizeof(float) * (size_t)rows);
+  memcpy(part + (int64_t)g.bm * (Dp + 1), lrow, sizeof(float) * (size_t)rows);
+}
+
+// Key splits: one task's partial results (split order fixed) merged into split 0's buffer by their
+// running max (O and l rescaled to the largest), then stored as an unsplit task's are.
+void fwd_combine_task(const FwdArgs& a, int64_t task) {
+  const Geometry& g = a.g;
+  const FwdTile tl = fwd_tile(a, task);
+  const int Dp = g.Dp;
+  const int64_t m_at = (int64_t)g.bm * Dp, l_at = (int64_t)g.bm * (Dp + 1);
+  float* p0 = a.part + task * a.splits * a.part_stride;
+  for (int r = 0; r < tl.rows; ++r) {
+    float mm = -INFINITY;
+    for (int j = 0; j < a.splits; ++j) {
+      const float m = p0[j * a.part_stride + m_at + r];
+      mm = m > mm ? m : mm;
+    }
+    const float mu = mm == -INFINITY ? 0.f : mm;  // as in the softmax: rows that saw nothing yet
+    float* o = p0 + (int64_t)r * Dp;
+    float w = exp2f(p0[m_at + r] - mu);
+    float l = p0[l_at + r] * w;
+    vf vw = vsplat(w);
+    for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * vw);
+    for (int j = 1; j < a.splits; ++j) {
+      const float* pj = p0 + j * a.part_stride;
+      w = exp2f(pj[m_at + r] - mu);
+      l += pj[l_at + r] * w;
+      vw = vsplat(w);
+      const float* oj = pj + (int64_t)r * Dp;
+      for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) + vload(oj + d) * vw);
+    }
+    p0[m_at + r] = mm;
+    p0[l_at + r] = l;
+  }
+  fwd_store_rows(a, tl, p0, p0 + m_at, p0 + l_at);
 }
 
 // ---- backward ----------------------------------------------------------------------------------

@@ -188,13 +188,14 @@ describe('lse is the float64 logsumexp of each row', () => {
 
 describe('thread count and repetition do not change the result (bit-identical)', () => {
   // Decode steps and short chunks: the query heads of a GQA group share a task (one query: the
-  // narrow kernels; five queries x six heads: the GEMMs over packed rows).
-  for (const [Nq, D, dtype] of [[1, 64, 'float16'], [5, 40, 'float32']] as const) {
-    it(`${dtype} Nq ${Nq}, GQA 12/2: threads 1, 2, 3 and default give identical out and lse bits`, async () => {
-      const rng = new Rng(78 + Nq);
+  // narrow kernels; five queries x six heads: the GEMMs over packed rows); with 2500 keys the six
+  // tasks also split their keys (fwd_splits) and a combine pass merges the pieces.
+  for (const [Nq, Nk, D, dtype] of [[1, 300, 64, 'float16'], [5, 300, 40, 'float32'], [1, 2500, 64, 'bfloat16'], [5, 2500, 40, 'float32']] as const) {
+    it(`${dtype} Nq ${Nq} Nk ${Nk}, GQA 12/2: threads 1, 2, 3 and default give identical out and lse bits`, async () => {
+      const rng = new Rng(78 + Nq + Nk);
       const q = randomTensor(rng, [3, Nq, 12, D], dtype);
-      const k = randomTensor(rng, [3, 300, 2, D], dtype);
-      const v = randomTensor(rng, [3, 300, 2, D], dtype);
+      const k = randomTensor(rng, [3, Nk, 2, D], dtype);
+      const v = randomTensor(rng, [3, Nk, 2, D], dtype);
       try {
         const opts = { causal: true, window: [200, 0] as [number, number] };
         const base = await forwardValues(q.tensor, k.tensor, v.tensor, { ...opts, cpu: { threads: 1 } });

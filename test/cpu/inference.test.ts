@@ -4,10 +4,11 @@
 // 1..16 with shuffled pages, pagedAttention for decode, prefill chunks and both mixed), and
 // mergeAttention; all against float64 references, index arrays as Int32Array and as int32 tensors.
 // GQA groups that are not powers of two (3, 5, 6, 7) with short query counts run the forward's
-// head packing (several query heads of a group in one task) with packs of every size.
+// head packing (several query heads of a group in one task) with packs of every size. Long caches
+// with few tasks run the key splits and their combine.
 import { describe, it } from 'vitest';
-import { caseName, checkBackwardCase, checkForwardCase } from '../helpers/harness';
-import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName } from '../helpers/inference';
+import { caseName, checkBackwardCase, checkForwardCase, type AttnCase } from '../helpers/harness';
+import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type VarlenCase } from '../helpers/inference';
 import { maskedDenseCases, mergeCases, pagedCases, varlenCases } from '../helpers/inference-cases';
 
 const DS = [8, 16, 24, 40, 64];
@@ -45,6 +46,27 @@ describe('CPU: GQA groups 3, 5, 6, 7 with short queries (the forward packs the h
     it(`varlen ${varlenName(c)}`, () => checkVarlenCase(c, 'cpu'));
   }
   for (const c of pagedCases(7503, 12, { maxBefore: 80, maxFresh: 12, Ds: DS, maxB: 4, gpu: false, pageSizes: [1, 3, 16], groups })) {
+    it(`paged ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
+  }
+});
+
+describe('CPU: long keys with few tasks (a decode step split over the keys, then combined)', () => {
+  // Fewer than 32 tasks and 2048 or more keys: each task's keys are split into pieces (fwd_splits).
+  const dense: AttnCase[] = [
+    { seed: 7601, B: 1, Nq: 1, Nk: 4100, H: 8, Hkv: 1, D: 64, causal: true, layout: 'bshd', dtype: 'float16' },
+    { seed: 7602, B: 2, Nq: 3, Nk: 2100, H: 6, Hkv: 2, D: 40, causal: true, layout: 'bhsd', dtype: 'float32', window: [700, 0] },
+    { seed: 7603, B: 1, Nq: 2, Nk: 3000, H: 4, Hkv: 4, D: 16, causal: false, layout: 'bshd', dtype: 'bfloat16', softcap: 30, scale: 1.0 },
+    { seed: 7604, B: 1, Nq: 40, Nk: 2500, H: 4, Hkv: 2, D: 64, causal: true, layout: 'bshd', dtype: 'float32', cpu: { threads: 3 } },
+    { seed: 7605, B: 3, Nq: 1, Nk: 5000, H: 2, Hkv: 1, D: 8, causal: false, layout: 'bhsd', dtype: 'float16', window: [10, 10] },
+  ];
+  for (const c of dense) it(`forward ${caseName(c)}`, () => checkForwardCase(c, 'cpu'));
+  const varlen: VarlenCase[] = [
+    { seed: 7611, lensQ: [1, 3], lensK: [3000, 2200], H: 8, Hkv: 1, D: 64, dtype: 'float16', causal: true },
+    { seed: 7612, lensQ: [2, 0, 1], lensK: [2600, 10, 0], H: 6, Hkv: 2, D: 40, dtype: 'float32', window: [1500, 0] },
+    { seed: 7613, lensQ: [4], lensK: [4500], H: 4, Hkv: 4, D: 16, dtype: 'bfloat16', softcap: 30, scale: 1.0 },
+  ];
+  for (const c of varlen) it(`varlen ${varlenName(c)}`, () => checkVarlenCase(c, 'cpu'));
+  for (const c of pagedCases(7605, 12, { maxBefore: 5000, maxFresh: 3, Ds: [16, 40, 64], maxB: 2, gpu: false, pageSizes: [1, 7, 16] })) {
     it(`paged ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
   }
 });
