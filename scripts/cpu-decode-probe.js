@@ -1,8 +1,8 @@
 // The CPU backend's decode step: pagedAttention with one query per sequence against a paged cache
 // (D 128, page 16, pages shuffled, causal; GQA 32/8 in fp16 / bf16 / fp32, GQA 32/4, an MHA cache,
-// H 8 / Hkv 8, where no heads pack, and MQA 8/1 at B 1, one task unless its keys are split). Public-API time of awaited
-// calls (the CPU backend settles when done), median of PROBE_IT calls (default 9) after one
-// warm-up, and the K/V bytes read per second. Usage: node scripts/cpu-decode-probe.js
+// H 8 / Hkv 8, where no heads pack, and MQA 8/1 at B 1, one task unless its keys are split).
+// Public-API time of awaited calls (the CPU backend settles when done), median of PROBE_IT calls
+// (default 9) after one warm-up, and the K/V bytes read per second. Usage: node scripts/cpu-decode-probe.js
 // [B x N cells, e.g. 16x4096 1x16384] (default the cells below). FA_ADDON_PATH picks another
 // build of the addon, for before / after comparisons.
 'use strict';

@@ -260,6 +260,7 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
         p.page_size = c.I(FA_F_page_size);
         p.max_pages_per_seq = c.I(FA_F_max_pages);
         p.num_pages = c.I(FA_F_num_pages);
+        p.num_splits = c.I(FA_F_num_splits);
         p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
         p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
       } else {

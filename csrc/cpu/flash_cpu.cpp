@@ -36,7 +36,9 @@
 //             running max m and sum l per row, old O rescaled when the max grows), O += P V; O is
 //             normalised once at the end and LSE = (m + log2 l) * ln 2. Tasks of at most 8 rows
 //             (a decode step's group) compute S and P V with kernels that read K and V in place
-//             (narrow_tile) instead of the GEMMs.
+//             (narrow_tile) instead of the GEMMs. A call with few tasks and long key ranges splits
+//             each task's keys into pieces (fwd_splits), whose partial O, m and l a second pass
+//             combines.
 //   backward  pass 0: Dvec = rowsum(dO * O) per query row (float32 workspace laid out as lse).
 //             Then one of two race-free schemes, chosen from the shape alone (see plan_fused):
 //             fused:    (dense batches only) one task per (batch, kv head, group of key blocks).
@@ -276,7 +278,10 @@ struct FwdArgs {
 // never on the thread count, so results stay bit-identical for any number of threads.
 constexpr int64_t kSplitTasks = 32;
 constexpr int64_t kSplitMinKeys = 1024;
-inline int fwd_splits(const Geometry& g, int64_t tasks) {
+// A caller's split count (num_splits > 0, pagedAttention's numSplits) is taken as given, up to one
+// split per key tile.
+inline int fwd_splits(const Geometry& g, int64_t tasks, int requested) {
+  if (requested > 0) return (int)std::max<int64_t>(1, std::min<int64_t>(requested, g.nkb));
   if (tasks <= 0 || tasks >= kSplitTasks) return 1;
   return (int)std::max<int64_t>(1, std::min<int64_t>((kSplitTasks + tasks - 1) / tasks, g.Nk / kSplitMinKeys));
 }
@@ -812,7 +817,7 @@ fa_status fwd_impl(const fa_fwd_params* p) {
   const std::vector<int64_t> q_start = fwd_task_starts(a.g);
   a.q_start = q_start.data();
   const int64_t n_tasks = q_start.back();
-  a.splits = fwd_splits(a.g, n_tasks);
+  a.splits = fwd_splits(a.g, n_tasks, p->num_splits);
   const int64_t n_items = n_tasks * a.splits;
   a.part_stride = (int64_t)a.g.bm * (a.g.Dp + 2);
   FloatBuffer part(a.splits > 1 ? n_items * a.part_stride : 0);

@@ -79,7 +79,7 @@ typedef struct fa_fwd_params {
   const int32_t* page_table;     // [batch, max_pages_per_seq]
   const int32_t* seqlens_k;      // [batch]
   int page_size, max_pages_per_seq, num_pages;
-  int num_splits;                // CUDA split-KV factor for paged decode (0 = chosen automatically)
+  int num_splits;                // split-KV factor (0 = chosen automatically; the CPU: its key splits)
   // CUDA paged decode: 1 when the caller knows that the work queued right before this call on the
   // stream writes no byte of k / v (the binding: the previous operation was an attention call whose
   // outputs do not overlap the caches). The decode kernel then requests its first K / V tiles while

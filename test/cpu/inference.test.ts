@@ -8,7 +8,7 @@
 // with few tasks run the key splits and their combine.
 import { describe, it } from 'vitest';
 import { caseName, checkBackwardCase, checkForwardCase, type AttnCase } from '../helpers/harness';
-import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type VarlenCase } from '../helpers/inference';
+import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type PagedCase, type VarlenCase } from '../helpers/inference';
 import { maskedDenseCases, mergeCases, pagedCases, varlenCases } from '../helpers/inference-cases';
 
 const DS = [8, 16, 24, 40, 64];
@@ -66,6 +66,13 @@ describe('CPU: long keys with few tasks (a decode step split over the keys, then
     { seed: 7613, lensQ: [4], lensK: [4500], H: 4, Hkv: 4, D: 16, dtype: 'bfloat16', softcap: 30, scale: 1.0 },
   ];
   for (const c of varlen) it(`varlen ${varlenName(c)}`, () => checkVarlenCase(c, 'cpu'));
+  // A caller's numSplits is taken as given (up to one split per key tile), short caches included.
+  const split: PagedCase[] = [
+    { seed: 7621, before: [300, 40], fresh: [1, 1], pageSize: 16, H: 8, Hkv: 2, D: 64, dtype: 'float16', causal: true, numSplits: 7 },
+    { seed: 7622, before: [2000], fresh: [3], pageSize: 5, H: 4, Hkv: 1, D: 40, dtype: 'float32', window: [900, 0], numSplits: 3 },
+    { seed: 7623, before: [10, 0, 900], fresh: [2, 1, 1], pageSize: 1, H: 6, Hkv: 3, D: 16, dtype: 'bfloat16', softcap: 30, numSplits: 32 },
+  ];
+  for (const c of split) it(`paged numSplits ${c.numSplits}: ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
   for (const c of pagedCases(7605, 12, { maxBefore: 5000, maxFresh: 3, Ds: [16, 40, 64], maxB: 2, gpu: false, pageSizes: [1, 7, 16] })) {
     it(`paged ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
   }
