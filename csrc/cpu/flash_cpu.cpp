@@ -278,12 +278,16 @@ struct FwdArgs {
 // never on the thread count, so results stay bit-identical for any number of threads.
 constexpr int64_t kSplitTasks = 32;
 constexpr int64_t kSplitMinKeys = 1024;
+constexpr int64_t kSplitBudget = int64_t(16) << 20;  // floats of partial results (64 MiB)
 // A caller's split count (num_splits > 0, pagedAttention's numSplits) is taken as given, up to one
-// split per key tile.
-inline int fwd_splits(const Geometry& g, int64_t tasks, int requested) {
-  if (requested > 0) return (int)std::max<int64_t>(1, std::min<int64_t>(requested, g.nkb));
-  if (tasks <= 0 || tasks >= kSplitTasks) return 1;
-  return (int)std::max<int64_t>(1, std::min<int64_t>((kSplitTasks + tasks - 1) / tasks, g.Nk / kSplitMinKeys));
+// split per key tile and as far as the partial results fit kSplitBudget (a large prefill given a
+// split count keeps fewer splits). part_stride: floats of one split's partial result.
+inline int fwd_splits(const Geometry& g, int64_t tasks, int requested, int64_t part_stride) {
+  int64_t n = 1;
+  if (requested > 0) n = std::min<int64_t>(requested, g.nkb);
+  else if (tasks > 0 && tasks < kSplitTasks) n = std::min<int64_t>((kSplitTasks + tasks - 1) / tasks, g.Nk / kSplitMinKeys);
+  if (tasks > 0) n = std::min<int64_t>(n, kSplitBudget / (tasks * part_stride));
+  return (int)std::max<int64_t>(1, n);
 }
 
 // A forward task's rows (FwdPack): tile row r is query row i0 + r / pk.heads of head
@@ -817,9 +821,9 @@ fa_status fwd_impl(const fa_fwd_params* p) {
   const std::vector<int64_t> q_start = fwd_task_starts(a.g);
   a.q_start = q_start.data();
   const int64_t n_tasks = q_start.back();
-  a.splits = fwd_splits(a.g, n_tasks, p->num_splits);
-  const int64_t n_items = n_tasks * a.splits;
   a.part_stride = (int64_t)a.g.bm * (a.g.Dp + 2);
+  a.splits = fwd_splits(a.g, n_tasks, p->num_splits, a.part_stride);
+  const int64_t n_items = n_tasks * a.splits;
   FloatBuffer part(a.splits > 1 ? n_items * a.part_stride : 0);
   if (a.splits > 1 && part.ptr == nullptr) return fail(FA_ERR_NO_MEMORY, "fa_fwd_cpu: cannot allocate key-split partials");
   a.part = part.ptr;
