@@ -272,10 +272,11 @@ struct FwdArgs {
 };
 
 // Key splits of the forward: a call with fewer than kSplitTasks tasks (a decode step of one or a few
-// sequences with few kv heads) splits each task's keys into up to kSplitTasks / tasks pieces of at
-// least kSplitMinKeys keys, so that more cores share it; the pieces' partial results are combined
-// by their running max and sum. The count depends on the shape only (task count, longest sequence),
-// never on the thread count, so results stay bit-identical for any number of threads.
+// sequences with few kv heads) splits each task's keys into up to kSplitTasks / tasks pieces (and
+// no more than the longest sequence's keys / kSplitMinKeys), so that more cores share it; the
+// pieces' partial results are combined by their running max and sum. The count depends on the
+// shape only (task count, longest sequence), never on the thread count, so results stay
+// bit-identical for any number of threads.
 constexpr int64_t kSplitTasks = 32;
 constexpr int64_t kSplitMinKeys = 1024;
 constexpr int64_t kSplitBudget = int64_t(16) << 20;  // floats of partial results (64 MiB)
@@ -1647,18 +1648,29 @@ void fwd_combine_task(const FwdArgs& a, int64_t task) {
       mm = m > mm ? m : mm;
     }
     const float mu = mm == -INFINITY ? 0.f : mm;  // as in the softmax: rows that saw nothing yet
+    // A weight below float's range (a piece whose largest score lies more than 149 log2 units under
+    // the row's) is applied in double, and a piece whose weight is 0 even there adds nothing: an
+    // infinite value in V times a weight rounded to 0 would give NaN where the unsplit walk, which
+    // rescales in smaller steps, keeps the infinity.
     float* o = p0 + (int64_t)r * Dp;
-    float w = exp2f(p0[m_at + r] - mu);
-    float l = p0[l_at + r] * w;
-    vf vw = vsplat(w);
-    for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * vw);
-    for (int j = 1; j < a.splits; ++j) {
+    float l = 0.f;
+    for (int j = 0; j < a.splits; ++j) {
       const float* pj = p0 + j * a.part_stride;
-      w = exp2f(pj[m_at + r] - mu);
-      l += pj[l_at + r] * w;
-      vw = vsplat(w);
       const float* oj = pj + (int64_t)r * Dp;
-      for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) + vload(oj + d) * vw);
+      const double wd = exp2((double)pj[m_at + r] - (double)mu);
+      const float w = (float)wd;
+      l += pj[l_at + r] * w;
+      if (w > 0.f) {
+        const vf vw = vsplat(w);
+        if (j == 0)
+          for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * vw);
+        else
+          for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) + vload(oj + d) * vw);
+      } else if (wd > 0.0) {
+        for (int d = 0; d < Dp; ++d) o[d] = (float)((j == 0 ? 0.0 : (double)o[d]) + (double)oj[d] * wd);
+      } else if (j == 0) {
+        memset(o, 0, sizeof(float) * Dp);
+      }
     }
     p0[m_at + r] = mm;
     p0[l_at + r] = l;

@@ -1093,7 +1093,7 @@ fa_fwd_params x_fwd_params(const XData& x, XOut& out, int threads) {
     f.page_size = c.page_size;
     f.max_pages_per_seq = x.mpps;
     f.num_pages = x.num_pages;
-    f.num_splits = 3;  // a CUDA hint: ignored
+    f.num_splits = c.page_size % 2 ? 3 : 0;  // key splits as given (odd page sizes), or the shape's own rule
   }
   return f;
 }

@@ -255,6 +255,30 @@ describe('awkward inputs', () => {
     }
   });
 
+  it('an infinite value stays infinite when the keys are split and a piece weighs nothing next to the largest score', async () => {
+    // One query, 2048 keys: the call splits its keys in two (fwd_splits). Key 0 (score 0) carries
+    // V = +inf in feature 0; keys 1024 and 1088 score ~69 and ~139, so the first piece's weight is
+    // 2^-200, which rounds to 0 in float32. The exact answer in feature 0 is +inf (inf times a
+    // positive weight), which the unsplit walk keeps; the combine must not turn it into inf * 0.
+    const N = 2048, D = 8;
+    const q = new Float32Array(D);
+    q[0] = 1;
+    const k = new Float32Array(N * D), v = new Float32Array(N * D);
+    for (let j = 0; j < N; j++) v[j * D + 1] = 1;
+    k[1024 * D] = 100 / Math.LOG2E;
+    k[1088 * D] = 200 / Math.LOG2E;
+    v[0] = Infinity;
+    const t = [Tensor.from(q, [1, 1, 1, D]), Tensor.from(k, [1, N, 1, D]), Tensor.from(v, [1, N, 1, D])];
+    try {
+      const { out, lse } = await forwardValues(t[0], t[1], t[2], { scale: 1 });
+      expect(out[0]).toBe(Infinity);
+      expect(Math.abs(out[1] - 1)).toBeLessThan(1e-6);
+      expect(Number.isFinite(lse[0])).toBe(true);
+    } finally {
+      disposeAll(...t);
+    }
+  });
+
   it('scale 0 gives the plain average of the visible values; a negative scale is honoured', async () => {
     const rng = new Rng(5);
     const q = randomTensor(rng, [1, 9, 1, 16], 'float32');

@@ -71,6 +71,9 @@ describe('CPU: long keys with few tasks (a decode step split over the keys, then
     { seed: 7621, before: [300, 40], fresh: [1, 1], pageSize: 16, H: 8, Hkv: 2, D: 64, dtype: 'float16', causal: true, numSplits: 7 },
     { seed: 7622, before: [2000], fresh: [3], pageSize: 5, H: 4, Hkv: 1, D: 40, dtype: 'float32', window: [900, 0], numSplits: 3 },
     { seed: 7623, before: [10, 0, 900], fresh: [2, 1, 1], pageSize: 1, H: 6, Hkv: 3, D: 16, dtype: 'bfloat16', softcap: 30, numSplits: 32 },
+    // fp32 with pages of at least a key tile: tiles read in place end at page boundaries.
+    { seed: 7624, before: [3000, 2100], fresh: [1, 2], pageSize: 128, H: 4, Hkv: 2, D: 64, dtype: 'float32', causal: true },
+    { seed: 7625, before: [2500], fresh: [1], pageSize: 96, H: 2, Hkv: 1, D: 32, dtype: 'float32', window: [1800, 0], numSplits: 5 },
   ];
   for (const c of split) it(`paged numSplits ${c.numSplits}: ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
   for (const c of pagedCases(7605, 12, { maxBefore: 5000, maxFresh: 3, Ds: [16, 40, 64], maxB: 2, gpu: false, pageSizes: [1, 7, 16] })) {
