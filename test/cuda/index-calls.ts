@@ -36,6 +36,14 @@ async function dev(t: Tensor): Promise<Tensor> {
   return d;
 }
 const devIndex = (a: Int32Array) => Tensor.from(a, [a.length]).to('cuda');
+// Packed q, k, v of T tokens on the GPU.
+async function packedQkv(rng: Rng, T: number, H: number, Hkv: number, D: number, dtype: 'float16' | 'bfloat16') {
+  return {
+    q: await dev(randomTensor(rng, [T, H, D], dtype).tensor),
+    k: await dev(randomTensor(rng, [T, Hkv, D], dtype).tensor),
+    v: await dev(randomTensor(rng, [T, Hkv, D], dtype).tensor),
+  };
+}
 
 // `parts` sequence lengths summing to `total` (each >= 1), drawn from rng.
 function split(rng: Rng, total: number, parts: number): number[] {
@@ -62,9 +70,7 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
     it('40 packed calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
       const rng = new Rng(7001);
       const T = 900, H = 4, Hkv = 2, D = 64;
-      const q = await dev(randomTensor(rng, [T, H, D], 'float16').tensor);
-      const k = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
-      const v = await dev(randomTensor(rng, [T, Hkv, D], 'float16').tensor);
+      const { q, k, v } = await packedQkv(rng, T, H, Hkv, D, 'float16');
       const cus = Array.from({ length: 40 }, () => prefix(split(rng, T, rng.int(2, 12))));
       // One call first, so that the slots' set-up (a stream, device buffers, events) and the first
       // staging buffer are not what the blocker's time is spent on.
@@ -202,9 +208,7 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
     it('16 deterministic packed backward calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
       const rng = new Rng(7004);
       const T = 700, H = 4, Hkv = 2, D = 64;
-      const q = await dev(randomTensor(rng, [T, H, D], 'bfloat16').tensor);
-      const k = await dev(randomTensor(rng, [T, Hkv, D], 'bfloat16').tensor);
-      const v = await dev(randomTensor(rng, [T, Hkv, D], 'bfloat16').tensor);
+      const { q, k, v } = await packedQkv(rng, T, H, Hkv, D, 'bfloat16');
       const dout = await dev(randomTensor(rng, [T, H, D], 'bfloat16').tensor);
       const cases = [];
       for (let i = 0; i < 16; i++) {
