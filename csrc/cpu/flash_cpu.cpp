@@ -187,8 +187,10 @@ struct RowLoc {
   int page_size;
   int64_t at(int64_t n) const {
     if (pages == nullptr) return base + n * row;
-    return base + (int64_t)pages[n / page_size] * page + (n % page_size) * row;
+    return in_page(n / page_size, n % page_size);
   }
+  // Paged: row `off` of the sequence's j-th page.
+  int64_t in_page(int64_t j, int64_t off) const { return base + (int64_t)pages[j] * page + off * row; }
   // True when rows n0 .. n0 + rows - 1 are evenly strided (one page).
   bool even(int64_t n0, int rows) const { return pages == nullptr || n0 % page_size + rows <= page_size; }
 };
@@ -1302,13 +1304,13 @@ static inline void row_ptrs(const void* base, const RowLoc& loc, int64_t es, int
                             const char** out) {
   const char* b = static_cast<const char*>(base);
   if (loc.pages == nullptr) {
-    for (int r = 0; r < n; ++r) out[r] = b + (loc.base + (n0 + r) * loc.row) * es;
+    for (int r = 0; r < n; ++r) out[r] = b + loc.at(n0 + r) * es;
     return;
   }
   int64_t j = n0 / loc.page_size;
   int off = (int)(n0 % loc.page_size);
   for (int r = 0; r < n; ++r) {
-    out[r] = b + (loc.base + (int64_t)loc.pages[j] * loc.page + off * loc.row) * es;
+    out[r] = b + loc.in_page(j, off) * es;
     if (++off == loc.page_size) {
       off = 0;
       ++j;
