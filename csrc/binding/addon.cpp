@@ -25,6 +25,9 @@
 #define FA_CUDA_ARCHS_STR ""
 #endif
 
+// The CPU backend's kernel set now ("avx512", "avx2" or "generic"; FA_CPU_ISA picks a narrower one).
+extern "C" const char* fa_internal_cpu_isa(void);
+
 namespace fab {
 namespace {
 
@@ -116,6 +119,7 @@ Napi::Value BuildInfo(const Napi::CallbackInfo& info) {
   o.Set("version", FA_VERSION);
   o.Set("napiVersion", NAPI_VERSION);
   o.Set("cpu", true);
+  o.Set("cpuKernels", fa_internal_cpu_isa());
   return o;
 }
 

@@ -1,12 +1,15 @@
 // CPU backend: fa_fwd_cpu / fa_bwd_cpu (FlashAttention-2 forward and backward on the host).
 //
 // Layout of this file. The tile kernels live in the second half (after the #else below) and are
-// compiled twice by including this very file again: once for the baseline ISA (SSE2 on x86-64,
-// NEON on arm64) and, on x86-64 with GCC or Clang, once more with the target "avx2,fma,f16c"
-// (`#pragma GCC target` / `#pragma clang attribute`).
-// The entry points at the end pick the AVX2 set at run time when the CPU has it, so the library
-// needs no -march flag. Setting the environment variable FA_CPU_ISA=generic forces the baseline
-// set (used by cpu_check to test both).
+// compiled several times by including this very file again: once for the baseline ISA (SSE2 on
+// x86-64, NEON on arm64) and, on x86-64 with GCC or Clang, twice more with the targets
+// "avx2,fma,f16c" and "avx512f,avx512vl,avx512bw,avx512dq" + those (`#pragma GCC target` /
+// `#pragma clang attribute`). The AVX-512 set is the AVX2 code (8-float vectors, now with 32
+// registers) whose GEMMs take 16 columns per zmm register (gemm, FA_KAVX512).
+// The entry points at the end pick the widest set the CPU has at run time, so the library needs no
+// -march flag. The environment variable FA_CPU_ISA=avx2 or generic asks for a narrower set (used
+// by cpu_check and test/cpu/kernel-sets.test.ts to test them all); buildInfo().cpuKernels names
+// the set in use.
 //
 // Scheme (see fa_core.h for the exact semantics):
 //   sequences every call is a list of `batch` sequences. Dense batches give them all the same
@@ -74,6 +77,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -419,6 +423,31 @@ constexpr int kDotRowsPerTask = 256;  // backward pass 0 granularity
 #else
 #pragma GCC pop_options
 #endif
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")
+#endif
+#define FA_KNS k_avx512
+#define FA_KVL 8
+#define FA_KAVX2 1
+#define FA_KAVX512 1
+#ifndef FA_KMRW
+#define FA_KMRW 8
+#endif
+#include "flash_cpu.cpp"  // this file again (found next to itself)
+#undef FA_KNS
+#undef FA_KVL
+#undef FA_KAVX2
+#undef FA_KAVX512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 #endif
 
 #undef FA_CPU_KERNEL_PASS
@@ -456,6 +485,14 @@ const KernelSet kAvx2 = {"avx2",
                          k_avx2::bwd_q_task,
                          k_avx2::bwd_fused_task,
                          k_avx2::bwd_reduce_task};
+const KernelSet kAvx512 = {"avx512",
+                           k_avx512::fwd_task,
+                           k_avx512::fwd_combine_task,
+                           k_avx512::bwd_dot_task,
+                           k_avx512::bwd_kv_task,
+                           k_avx512::bwd_q_task,
+                           k_avx512::bwd_fused_task,
+                           k_avx512::bwd_reduce_task};
 bool cpu_has_avx2() {
   static const bool ok = [] {
     __builtin_cpu_init();
@@ -465,12 +502,27 @@ bool cpu_has_avx2() {
   }();
   return ok;
 }
+
+// The AVX2 set's requirements and AVX-512 F / VL / BW / DQ with the zmm state enabled by the OS
+// (libgcc's and compiler-rt's __builtin_cpu_supports check XCR0 for the AVX-512 features).
+bool cpu_has_avx512() {
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  }();
+  return ok;
+}
 #endif
 
+// FA_CPU_ISA=generic / avx2 / avx512 asks for a set (honoured when the CPU has it); otherwise the
+// widest the CPU has.
 const KernelSet& kernels() {
   const char* env = getenv("FA_CPU_ISA");
   if (env != nullptr && strcmp(env, "generic") == 0) return kGeneric;
 #if FA_CPU_X86_DISPATCH
+  const bool want2 = env != nullptr && strcmp(env, "avx2") == 0;
+  if (!want2 && cpu_has_avx512()) return kAvx512;
   if (cpu_has_avx2()) return kAvx2;
 #endif
   return kGeneric;
@@ -715,16 +767,94 @@ fa_status need(const char* fn, const void* ptr, const char* name) {
 }
 
 // 64-byte aligned float buffer; empty on allocation failure.
+// Workspace memory. Buffers of 64 KiB and more come from a small process-wide cache of freed ones
+// (sizes rounded up to a power of two, at most kCacheBytes kept), so that back-to-back calls reuse
+// pages that are already mapped: a fresh large allocation is mapped anew by malloc, and its first
+// touch costs a page fault per 4 KiB, which on a virtual machine can take longer than the
+// arithmetic (a 32 MiB backward workspace: about half the call). Calls on several threads at once
+// each take their own buffers; the cache only holds those not in use.
+class BufferCache {
+ public:
+  static constexpr size_t kMinBytes = size_t(64) << 10;
+  static constexpr size_t kCacheBytes = size_t(96) << 20;
+
+  static size_t size_class(size_t bytes) {
+    size_t c = kMinBytes;
+    while (c < bytes) c <<= 1;
+    return c;
+  }
+  void* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i].bytes == bytes) {
+          void* p = free_[i].ptr;
+          cached_ -= bytes;
+          free_[i] = free_.back();
+          free_.pop_back();
+          return p;
+        }
+    }
+    return ::operator new(bytes, std::align_val_t(64), std::nothrow);
+  }
+  void give(void* p, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Make room by dropping the smallest cached buffers first; a buffer larger than the whole
+      // cache is not kept.
+      while (cached_ + bytes > kCacheBytes && !free_.empty()) {
+        size_t j = 0;
+        for (size_t i = 1; i < free_.size(); ++i)
+          if (free_[i].bytes < free_[j].bytes) j = i;
+        ::operator delete(free_[j].ptr, std::align_val_t(64));
+        cached_ -= free_[j].bytes;
+        free_[j] = free_.back();
+        free_.pop_back();
+      }
+      if (cached_ + bytes <= kCacheBytes) {
+        free_.push_back({p, bytes});
+        cached_ += bytes;
+        return;
+      }
+    }
+    ::operator delete(p, std::align_val_t(64));
+  }
+
+ private:
+  struct Block {
+    void* ptr;
+    size_t bytes;
+  };
+  std::mutex mu_;
+  std::vector<Block> free_;
+  size_t cached_ = 0;
+};
+
+BufferCache& buffer_cache() {
+  static BufferCache* c = new BufferCache();  // never destroyed: safe in threads still running at exit
+  return *c;
+}
+
 struct FloatBuffer {
   float* ptr = nullptr;
+  size_t bytes = 0;
+  bool cached = false;
   explicit FloatBuffer(int64_t n) {
     if (n <= 0) n = 16;
-    if ((uint64_t)n > (uint64_t)SIZE_MAX / sizeof(float)) return;
-    ptr = static_cast<float*>(::operator new(static_cast<size_t>(n) * sizeof(float), std::align_val_t(64),
-                                             std::nothrow));
+    if ((uint64_t)n > (uint64_t)(SIZE_MAX / 2) / sizeof(float)) return;
+    bytes = static_cast<size_t>(n) * sizeof(float);
+    if (bytes >= BufferCache::kMinBytes) {
+      bytes = BufferCache::size_class(bytes);
+      cached = true;
+      ptr = static_cast<float*>(buffer_cache().take(bytes));
+    } else {
+      ptr = static_cast<float*>(::operator new(bytes, std::align_val_t(64), std::nothrow));
+    }
   }
   ~FloatBuffer() {
-    if (ptr) ::operator delete(ptr, std::align_val_t(64));
+    if (ptr == nullptr) return;
+    if (cached) buffer_cache().give(ptr, bytes);
+    else ::operator delete(ptr, std::align_val_t(64));
   }
   FloatBuffer(const FloatBuffer&) = delete;
   FloatBuffer& operator=(const FloatBuffer&) = delete;
@@ -1075,50 +1205,64 @@ static inline __attribute__((always_inline)) vf vexp2(vf x) {
 }
 
 // ---- GEMM micro-kernel -----------------------------------------------------------------------
-// C[MR x NV*VL] (+)= A(MR x K) * B(K x NV*VL); A(i, k) = A[i*ars + k*acs] (any strides, read as
-// broadcast scalars), B row-major with leading dimension ldb, C row-major with ldc.
-template <int MR, int NV, bool ACC>
+// C[MR x NV*W] (+)= A(MR x K) * B(K x NV*W) for vectors V of W floats; A(i, k) = A[i*ars + k*acs]
+// (any strides, read as broadcast scalars), B row-major with leading dimension ldb, C row-major
+// with ldc.
+template <class V, int MR, int NV, bool ACC>
 static inline __attribute__((always_inline)) void micro(float* __restrict C, int64_t ldc,
                                                         const float* __restrict A, int64_t ars, int64_t acs,
                                                         const float* __restrict B, int64_t ldb, int K) {
-  vf c[MR][NV];
-#pragma GCC unroll 8
+  constexpr int W = (int)(sizeof(V) / sizeof(float));
+  V c[MR][NV];
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) c[i][j] = ACC ? vload(C + i * ldc + j * VL) : vf{};
+    for (int j = 0; j < NV; ++j) {
+      if (ACC) memcpy(&c[i][j], C + i * ldc + j * W, sizeof(V));
+      else c[i][j] = V{};
+    }
   for (int k = 0; k < K; ++k) {
-    vf b[NV];
+    V b[NV];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) b[j] = vload(B + k * ldb + j * VL);
-#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) memcpy(&b[j], B + k * ldb + j * W, sizeof(V));
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const vf a = vsplat(A[i * ars + k * acs]);
+      const V a = V{} + A[i * ars + k * acs];
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) c[i][j] += a * b[j];
     }
   }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) vstore(C + i * ldc + j * VL, c[i][j]);
+    for (int j = 0; j < NV; ++j) memcpy(C + i * ldc + j * W, &c[i][j], sizeof(V));
 }
 
-template <int NV, bool ACC>
+// The last M < MR rows of a panel (one micro-kernel of exactly M rows).
+template <class V, int MR, int NV, bool ACC>
+static inline void micro_tail(int M, float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs,
+                              const float* B, int64_t ldb, int K) {
+  if constexpr (MR > 0) {
+    if (M == MR) micro<V, MR, NV, ACC>(C, ldc, A, ars, acs, B, ldb, K);
+    else micro_tail<V, MR - 1, NV, ACC>(M, C, ldc, A, ars, acs, B, ldb, K);
+  }
+}
+
+// A panel of NV vectors of columns, MR rows at a time.
+template <class V, int MR, int NV, bool ACC>
 static void gemm_panel(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs, const float* B,
                        int64_t ldb, int M, int K) {
   int m = 0;
-  for (; m + 6 <= M; m += 6) micro<6, NV, ACC>(C + m * ldc, ldc, A + m * ars, ars, acs, B, ldb, K);
-  float* c = C + m * ldc;
-  const float* a = A + m * ars;
-  switch (M - m) {
-    case 5: micro<5, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
-    case 4: micro<4, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
-    case 3: micro<3, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
-    case 2: micro<2, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
-    case 1: micro<1, NV, ACC>(c, ldc, a, ars, acs, B, ldb, K); break;
-    default: break;
-  }
+  for (; m + MR <= M; m += MR) micro<V, MR, NV, ACC>(C + m * ldc, ldc, A + m * ars, ars, acs, B, ldb, K);
+  if (m < M) micro_tail<V, MR - 1, NV, ACC>(M - m, C + m * ldc, ldc, A + m * ars, ars, acs, B, ldb, K);
 }
+
+#if FA_KAVX512
+// The AVX-512 set's GEMMs take columns 16 at a time in zmm registers (32 of them: FA_KMRW rows x
+// 2 vectors of accumulators), and a last 8 with the VL-wide kernels.
+typedef float vw __attribute__((vector_size(64)));
+constexpr int kMrW = FA_KMRW;
+#endif
 
 // C[M x N] (+)= A(M x K) * B(K x N), N a multiple of VL. Each C element is one chain of fused
 // multiply-adds over k in increasing order, whatever the blocking.
@@ -1126,8 +1270,12 @@ template <bool ACC>
 static void gemm(float* C, int64_t ldc, const float* A, int64_t ars, int64_t acs, const float* B, int64_t ldb,
                  int M, int N, int K) {
   int n = 0;
-  for (; n + 2 * VL <= N; n += 2 * VL) gemm_panel<2, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
-  for (; n < N; n += VL) gemm_panel<1, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
+#if FA_KAVX512
+  for (; n + 32 <= N; n += 32) gemm_panel<vw, kMrW, 2, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
+  for (; n + 16 <= N; n += 16) gemm_panel<vw, kMrW, 1, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
+#endif
+  for (; n + 2 * VL <= N; n += 2 * VL) gemm_panel<vf, 6, 2, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
+  for (; n < N; n += VL) gemm_panel<vf, 6, 1, ACC>(C + n, ldc, A, ars, acs, B + n, ldb, M, K);
 }
 
 

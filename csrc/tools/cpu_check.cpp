@@ -15,8 +15,9 @@
 //                             window / softcap (GFLOP/s then still count the unmasked work).
 //                             GFLOP/s use fwd = 4*B*H*N*N*D (halved when causal), bwd = 2.5x that.
 //
-// Every attention case runs with both kernel sets (the AVX2 one where the CPU has it, and the
-// portable one via FA_CPU_ISA=generic) and both backward schemes (FA_CPU_BWD=fused / twopass,
+// Every attention case runs with every kernel set the CPU has (the widest by default, AVX2 via
+// FA_CPU_ISA=avx2 where the default is AVX-512, the portable one via FA_CPU_ISA=generic) and both
+// backward schemes (FA_CPU_BWD=fused / twopass,
 // plus fused with one (batch, kv head) unit per slab). Tensors are stored with the requested
 // layout inside buffers whose unused gaps hold NaN (inputs) or a sentinel (outputs), so reading
 // or writing outside the described elements shows up as a failure.
@@ -483,7 +484,8 @@ void check_case(const Case& c, uint32_t seed) {
   const double tol_g = c.dt == FA_FLOAT32 ? 5e-5 : c.dt == FA_FLOAT16 ? 5e-3 : 4e-2;
   const double tol_lse = c.dt == FA_FLOAT32 ? 2e-5 : 2e-5;
 
-  // variants: kernel set (default, and generic when the default is not) x backward scheme
+  // variants: kernel set (default; avx2 too when the default is avx512; generic when the default is
+  // not) x backward scheme
   unsetenv("FA_CPU_ISA");
   struct Variant {
     const char* isa;
@@ -491,6 +493,10 @@ void check_case(const Case& c, uint32_t seed) {
     const char* slab;  // FA_CPU_FUSED_SLAB
   };
   std::vector<Variant> variants = {{nullptr, "fused", nullptr}, {nullptr, "twopass", nullptr}};
+  if (strcmp(fa_internal_cpu_isa(), "avx512") == 0) {
+    variants.push_back({"avx2", "fused", nullptr});
+    variants.push_back({"avx2", "twopass", nullptr});
+  }
   if (strcmp(fa_internal_cpu_isa(), "generic") != 0) {
     variants.push_back({"generic", "fused", nullptr});
     variants.push_back({"generic", "twopass", nullptr});
@@ -1332,10 +1338,15 @@ struct Variant {
   const char* slab;  // FA_CPU_FUSED_SLAB
 };
 
-// Kernel set (default, and generic when the default is not) x backward scheme, as check_case.
+// Kernel set (default; avx2 too when the default is avx512; generic when the default is not) x
+// backward scheme, as check_case.
 std::vector<Variant> all_variants() {
   unsetenv("FA_CPU_ISA");
   std::vector<Variant> v = {{nullptr, "fused", nullptr}, {nullptr, "twopass", nullptr}};
+  if (strcmp(fa_internal_cpu_isa(), "avx512") == 0) {
+    v.push_back({"avx2", "fused", nullptr});
+    v.push_back({"avx2", "twopass", nullptr});
+  }
   if (strcmp(fa_internal_cpu_isa(), "generic") != 0) {
     v.push_back({"generic", "fused", nullptr});
     v.push_back({"generic", "twopass", nullptr});
@@ -2354,7 +2365,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const bool verbose = argc >= 2 && strcmp(argv[1], "-v") == 0;
-  printf("cpu_check: kernels %s (FA_CPU_ISA=generic also tested), %u hardware threads\n", fa_internal_cpu_isa(),
+  printf("cpu_check: kernels %s (FA_CPU_ISA=avx2 / generic also tested), %u hardware threads\n", fa_internal_cpu_isa(),
          std::thread::hardware_concurrency());
   check_conversions();
   printf("attention vs float64 reference\n");

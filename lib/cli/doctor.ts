@@ -308,9 +308,9 @@ export function renderReport(r: DoctorReport): string {
     }
   }
   if (r.build) {
-    const b = r.build as { version: string; cuda: boolean; cudaArchs: string[]; cudaHeadDims?: number[]; cudaBackward?: boolean };
+    const b = r.build as { version: string; cpuKernels?: string; cuda: boolean; cudaArchs: string[]; cudaHeadDims?: number[]; cudaBackward?: boolean };
     L.push('build');
-    L.push(`  version ${b.version}, CPU backend: yes, CUDA backend: ${b.cuda ? 'yes' : 'no'}`);
+    L.push(`  version ${b.version}, CPU backend: yes (${String(b.cpuKernels)} kernels), CUDA backend: ${b.cuda ? 'yes' : 'no'}`);
     if (b.cuda) {
       const dims = b.cudaHeadDims ?? [];
       L.push(`  architectures ${b.cudaArchs.join(', ')}; head dims ${dims.length ? `${dims[0]}..${dims[dims.length - 1]} (${dims.length})` : 'none'}; ` +

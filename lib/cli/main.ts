@@ -6,6 +6,7 @@
 //   npm start                 best backend, default shapes
 //   npm start -- --cpu        force the CPU backend
 //   npm start -- --quick      smaller shapes (a smoke run)
+import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { attentionFlops, buildInfo, devices, flashAttention, synchronize, Tensor, type DType } from '../index';
 import { randn } from '../random';
@@ -122,7 +123,7 @@ async function main() {
   if (quick) cases = cases.map((c) => ({ ...c, N: Math.min(c.N, 512), B: Math.min(c.B, 1) }));
   const info = buildInfo();
   console.log(`flash-attention-node ${info.version}: ${useGpu ? `CUDA on ${gpus[0].name} (sm ${gpus[0].computeCapability})`
-    : `CPU backend (${info.cuda ? 'CUDA build, no GPU found' : 'CPU-only build'})`}`);
+    : `CPU backend (${info.cuda ? 'CUDA build, no GPU found' : 'CPU-only build'}; ${String(info.cpuKernels)} kernels, ${cpus().length} threads)`}`);
   console.log(useGpu ? 'Times per call: back-to-back calls from JS closed by synchronize() (inputs resident on the device).'
     : 'Times per call: wall-clock medians of awaited calls from JS.');
   const head = ['shape (B, H/Hkv, N, D)', 'dtype', 'causal', 'time ms', useGpu ? 'TFLOP/s' : 'GFLOP/s', 'max |err| vs naive', 'extra memory', 'naive N x N'];
