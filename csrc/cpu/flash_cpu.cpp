@@ -1172,6 +1172,37 @@ static inline float hmax(vf v) {
   return m;
 }
 
+// Width-generic forms of the above, for code templated on the vector type V (VL floats, or 16 in
+// the AVX-512 set): VI is the matching lane mask / int32 vector (the type of a comparison).
+template <class V>
+using mask_of = decltype(V{} < V{});
+template <class V>
+static inline __attribute__((always_inline)) V vld(const float* p) {
+  V v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class VI>
+static inline __attribute__((always_inline)) VI vldi(const int32_t* p) {
+  VI v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class V>
+static inline __attribute__((always_inline)) void vst(float* p, V v) {
+  memcpy(p, &v, sizeof v);
+}
+template <class V>
+static inline __attribute__((always_inline)) V vsel(mask_of<V> m, V a, V b) {
+  return (V)((m & (mask_of<V>)a) | (~m & (mask_of<V>)b));
+}
+
+#if FA_KAVX512
+typedef float vw __attribute__((vector_size(64)));  // 16 floats: one zmm register
+typedef int32_t viw __attribute__((vector_size(64)));
+typedef uint32_t vuw __attribute__((vector_size(64)));
+#endif
+
 // 2^x, vectorised. Exact 0 for -inf (and anything below -127), NaN in gives NaN out, inputs
 // above 127 are clamped to 127; relative error ~1e-7 elsewhere, except that results below 2^-126
 // are not accurate (they are tiny non-negative values; they never matter next to a row sum >= 1).
@@ -1203,6 +1234,24 @@ static inline __attribute__((always_inline)) vf vexp2(vf x) {
   p = p * f + 1.0f;
   return (vf)((vu)p + ((vu)n << 23));
 }
+
+#if FA_KAVX512
+// The same for 16 lanes (identical results lane by lane).
+static inline __attribute__((always_inline)) vw vexp2(vw x) {
+  x = _mm512_min_ps(_mm512_set1_ps(127.f), _mm512_max_ps(_mm512_set1_ps(-127.f), x));
+  const vw r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const viw n = (viw)_mm512_cvtps_epi32(r);
+  const vw f = x - r;
+  vw p = vw{} + 1.5376931696664542e-4f;
+  p = p * f + 1.3397817965596914e-3f;
+  p = p * f + 9.618355892598629e-3f;
+  p = p * f + 5.550333857536316e-2f;
+  p = p * f + 2.4022647738456726e-1f;
+  p = p * f + 6.931471824645996e-1f;
+  p = p * f + 1.0f;
+  return (vw)((vuw)p + ((vuw)n << 23));
+}
+#endif
 
 // ---- GEMM micro-kernel -----------------------------------------------------------------------
 // C[MR x NV*W] (+)= A(MR x K) * B(K x NV*W) for vectors V of W floats; A(i, k) = A[i*ars + k*acs]
@@ -1260,7 +1309,6 @@ static void gemm_panel(float* C, int64_t ldc, const float* A, int64_t ars, int64
 #if FA_KAVX512
 // The AVX-512 set's GEMMs take columns 16 at a time in zmm registers (32 of them: FA_KMRW rows x
 // 2 vectors of accumulators), and a last 8 with the VL-wide kernels.
-typedef float vw __attribute__((vector_size(64)));
 constexpr int kMrW = FA_KMRW;
 #endif
 
@@ -1320,6 +1368,10 @@ static inline void load_row(const void* base, int64_t off, fa_dtype dt, int D, f
   } else if (dt == FA_FLOAT16) {
     const uint16_t* src = static_cast<const uint16_t*>(base) + off;
     int d = 0;
+#if FA_KAVX512
+    for (; d + 16 <= D; d += 16)
+      _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d))));
+#endif
 #if FA_KAVX2
     for (; d + 8 <= D; d += 8)
       _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))));
@@ -1327,7 +1379,19 @@ static inline void load_row(const void* base, int64_t off, fa_dtype dt, int D, f
     for (; d < D; ++d) dst[d] = f16_bits_to_f32(src[d]);
   } else {
     const uint16_t* src = static_cast<const uint16_t*>(base) + off;
-    for (int d = 0; d < D; ++d) dst[d] = bf16_bits_to_f32(src[d]);
+    int d = 0;
+#if FA_KAVX512
+    for (; d + 16 <= D; d += 16)
+      _mm512_storeu_si512(dst + d, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                                         reinterpret_cast<const __m256i*>(src + d))),
+                                                     16));
+#endif
+#if FA_KAVX2
+    for (; d + 8 <= D; d += 8)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d),
+                          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))), 16));
+#endif
+    for (; d < D; ++d) dst[d] = bf16_bits_to_f32(src[d]);
   }
 }
 
@@ -1595,29 +1659,31 @@ static void narrow_tile(fa_dtype dt, const char* const* p, int nc, const float* 
 // P = exp2(scale_log2 * s - m_new), 0 where masked; m, l are the running max (log2 domain) and
 // sum per row, alpha the factor to rescale the row's O by. MASK: apply the per-row column limits
 // [vlo, vhi) (only tiles that some row does not see completely need it).
-template <bool MASK, int R>
+template <class V, bool MASK, int R>
 static inline __attribute__((always_inline)) void softmax_rows(float* __restrict st, int nc, int bmp, int r,
                                                                const int32_t* __restrict vlo,
                                                                const int32_t* __restrict vhi, float scale_log2,
                                                                float* __restrict m, float* __restrict l,
                                                                float* __restrict alpha) {
-  const vf neg_inf = vsplat(-INFINITY);
-  const vf scl = vsplat(scale_log2);
-  vf mx[R];
+  using VI = mask_of<V>;
+  constexpr int W = (int)(sizeof(V) / sizeof(float));
+  const V neg_inf = V{} - INFINITY;
+  const V scl = V{} + scale_log2;
+  V mx[R];
   if (MASK) {
-    vi lo[R], hi[R];
+    VI lo[R], hi[R];
     for (int j = 0; j < R; ++j) {
-      lo[j] = viload(vlo + r + j * VL);
-      hi[j] = viload(vhi + r + j * VL);
+      lo[j] = vldi<VI>(vlo + r + j * W);
+      hi[j] = vldi<VI>(vhi + r + j * W);
       mx[j] = neg_inf;
     }
     for (int c = 0; c < nc; ++c) {
       float* p = st + (int64_t)c * bmp + r;
-      const vi cc = vi{} + c;
+      const VI cc = VI{} + c;
       for (int j = 0; j < R; ++j) {
-        const vf x = vselect(in_range(cc, lo[j], hi[j]), vload(p + j * VL) * scl, neg_inf);
-        vstore(p + j * VL, x);
-        mx[j] = vselect(x > mx[j], x, mx[j]);
+        const V x = vsel<V>((cc >= lo[j]) & (cc < hi[j]), vld<V>(p + j * W) * scl, neg_inf);
+        vst(p + j * W, x);
+        mx[j] = vsel<V>(x > mx[j], x, mx[j]);
       }
     }
   } else if (scale_log2 >= 0.f) {  // rounding is monotonic: max(s * scl) = max(s) * scl
@@ -1625,41 +1691,41 @@ static inline __attribute__((always_inline)) void softmax_rows(float* __restrict
     for (int c = 0; c < nc; ++c) {
       const float* p = st + (int64_t)c * bmp + r;
       for (int j = 0; j < R; ++j) {
-        const vf x = vload(p + j * VL);
-        mx[j] = vselect(x > mx[j], x, mx[j]);
+        const V x = vld<V>(p + j * W);
+        mx[j] = vsel<V>(x > mx[j], x, mx[j]);
       }
     }
     for (int j = 0; j < R; ++j) mx[j] = mx[j] * scl;
   } else {  // negative (or NaN) scale: the smallest raw score gives the largest scaled one
-    for (int j = 0; j < R; ++j) mx[j] = vsplat(INFINITY);
+    for (int j = 0; j < R; ++j) mx[j] = V{} + INFINITY;
     for (int c = 0; c < nc; ++c) {
       const float* p = st + (int64_t)c * bmp + r;
       for (int j = 0; j < R; ++j) {
-        const vf x = vload(p + j * VL);
-        mx[j] = vselect(x < mx[j], x, mx[j]);
+        const V x = vld<V>(p + j * W);
+        mx[j] = vsel<V>(x < mx[j], x, mx[j]);
       }
     }
     for (int j = 0; j < R; ++j) mx[j] = mx[j] * scl;
   }
-  vf m_use[R], sum[R];
+  V m_use[R], sum[R];
   for (int j = 0; j < R; ++j) {
-    const vf m_old = vload(m + r + j * VL);
-    const vf m_new = vselect(mx[j] > m_old, mx[j], m_old);
-    m_use[j] = vselect(m_new == neg_inf, vf{}, m_new);  // rows that saw nothing yet: 0
-    vstore(alpha + r + j * VL, vexp2(m_old - m_use[j]));  // 0 while m_old is -inf
-    vstore(m + r + j * VL, m_new);
-    sum[j] = vf{};
+    const V m_old = vld<V>(m + r + j * W);
+    const V m_new = vsel<V>(mx[j] > m_old, mx[j], m_old);
+    m_use[j] = vsel<V>(m_new == neg_inf, V{}, m_new);  // rows that saw nothing yet: 0
+    vst(alpha + r + j * W, vexp2(m_old - m_use[j]));  // 0 while m_old is -inf
+    vst(m + r + j * W, m_new);
+    sum[j] = V{};
   }
   for (int c = 0; c < nc; ++c) {
     float* p = st + (int64_t)c * bmp + r;
     for (int j = 0; j < R; ++j) {
-      const vf e = MASK ? vexp2(vload(p + j * VL) - m_use[j]) : vexp2(vload(p + j * VL) * scl - m_use[j]);
-      vstore(p + j * VL, e);
+      const V e = MASK ? vexp2(vld<V>(p + j * W) - m_use[j]) : vexp2(vld<V>(p + j * W) * scl - m_use[j]);
+      vst(p + j * W, e);
       sum[j] += e;
     }
   }
   for (int j = 0; j < R; ++j)
-    vstore(l + r + j * VL, vload(l + r + j * VL) * vload(alpha + r + j * VL) + sum[j]);
+    vst(l + r + j * W, vld<V>(l + r + j * W) * vld<V>(alpha + r + j * W) + sum[j]);
 }
 
 // The first rp rows (a multiple of 8) of a score tile with leading dimension bmp.
@@ -1668,8 +1734,12 @@ static void softmax_cols(float* __restrict st, int nc, int bmp, int rp, const in
                          const int32_t* __restrict vhi, float scale_log2, float* __restrict m, float* __restrict l,
                          float* __restrict alpha) {
   int r = 0;
-  for (; r + 2 * VL <= rp; r += 2 * VL) softmax_rows<MASK, 2>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
-  for (; r < rp; r += VL) softmax_rows<MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+#if FA_KAVX512
+  for (; r + 32 <= rp; r += 32) softmax_rows<vw, MASK, 2>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+  for (; r + 16 <= rp; r += 16) softmax_rows<vw, MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+#endif
+  for (; r + 2 * VL <= rp; r += 2 * VL) softmax_rows<vf, MASK, 2>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
+  for (; r < rp; r += VL) softmax_rows<vf, MASK, 1>(st, nc, bmp, r, vlo, vhi, scale_log2, m, l, alpha);
 }
 
 // Normalises a task's O rows (acc, [rows][Dp], unnormalised) by their sums l and stores them, with
@@ -1886,7 +1956,14 @@ static inline void p_row(float* __restrict s, float* __restrict dt, int np, int 
     return t * g.cap_out - ml;
   };
   if (lo <= 0 && hi >= nc) {
-    for (int c = 0; c < np; c += VL) vstore(s + c, vexp2(score(c)));
+    int c = 0;
+#if FA_KAVX512
+    if (!SOFTCAP) {
+      const vw sw = vw{} + g.scale_log2, mw = vw{} + lse2;
+      for (; c + 16 <= np; c += 16) vst(s + c, vexp2(vld<vw>(s + c) * sw - mw));
+    }
+#endif
+    for (; c < np; c += VL) vstore(s + c, vexp2(score(c)));
     return;
   }
   const vi lanes = lane_index();
@@ -1899,7 +1976,14 @@ template <bool SOFTCAP>
 static inline void ds_row(const float* __restrict p, float* __restrict dp, const float* __restrict dt, int np,
                           float dvec) {
   const vf dv = vsplat(dvec);
-  for (int c = 0; c < np; c += VL) {
+  int c = 0;
+#if FA_KAVX512
+  if (!SOFTCAP) {
+    const vw dw = vw{} + dvec;
+    for (; c + 16 <= np; c += 16) vst(dp + c, vld<vw>(p + c) * (vld<vw>(dp + c) - dw));
+  }
+#endif
+  for (; c < np; c += VL) {
     const vf ds = vload(p + c) * (vload(dp + c) - dv);
     vstore(dp + c, SOFTCAP ? ds * vload(dt + c) : ds);
   }

@@ -928,6 +928,10 @@ XData make_xdata(const XCase& c, std::mt19937& rng) {
 
 struct XRef {
   std::vector<double> o, lse, dq, dk, dv;  // o, dq [total_q][H][D]; lse [H][total_q]; dk, dv [total_k][Hkv][D]
+  // [H][total_q]: the largest scale * sum_d |q_d k_d| over the keys a row sees. A score computed in
+  // float32 carries an error of about sqrt(D) * 2^-24 times this (the dot product's rounding), and
+  // lse, a smooth maximum of the scores, up to the largest score error.
+  std::vector<double> smag;
   // L2 norms of dq and dk computed from the magnitudes of the terms of dS = P (dP - D): the scale
   // below which their float rounding cannot go (e.g. a row that sees one key has dS = 0 exactly).
   double dq_terms = 0, dk_terms = 0;
@@ -950,6 +954,7 @@ XRef x_reference(const XData& x, bool lowp) {
   r.o.assign((size_t)TQ * H * D, 0.0);
   r.dq.assign((size_t)TQ * H * D, 0.0);
   r.lse.assign((size_t)H * TQ, INFINITY);
+  r.smag.assign((size_t)H * TQ, 0.0);
   r.dk.assign((size_t)TK * Hkv * D, 0.0);
   r.dv.assign((size_t)TK * Hkv * D, 0.0);
   r.q_empty.assign((size_t)TQ, 1);
@@ -985,9 +990,14 @@ XRef x_reference(const XData& x, bool lowp) {
           P.assign(n, 0.0);
           dtv.assign(n, 1.0);
           double m = -INFINITY;
+          double smag = 0;
           for (size_t t = 0; t < n; ++t) {
-            double acc = 0;
-            for (int d = 0; d < D; ++d) acc += qi[d] * K[(size_t)js[t] * D + d];
+            double acc = 0, mag = 0;
+            for (int d = 0; d < D; ++d) {
+              acc += qi[d] * K[(size_t)js[t] * D + d];
+              mag += fabs(qi[d] * K[(size_t)js[t] * D + d]);
+            }
+            smag = std::max(smag, fabs(scale) * mag);
             double s = R(scale * acc);
             if (cap > 0) {
               const double th = tanh(s / cap);
@@ -1001,6 +1011,7 @@ XRef x_reference(const XData& x, bool lowp) {
           for (size_t t = 0; t < n; ++t) l += exp(sc[t] - m);
           for (size_t t = 0; t < n; ++t) P[t] = R(exp(sc[t] - m) / l);
           r.lse[(size_t)h * TQ + row] = m + log(l);
+          r.smag[(size_t)h * TQ + row] = smag;
           double Di = 0, Di_abs = 0;
           for (int d = 0; d < D; ++d) {
             double acc = 0;
@@ -1284,8 +1295,14 @@ XVerdict x_evaluate(const XData& x, const XOut& out, const XRef& ref, const XRef
       for (int i = 0; i < c.nq[b]; ++i) {
         const double r = ref.lse[(size_t)h * x.total_q() + x.qoff[b] + i];
         const float g = out.lse[(size_t)x.lse_index(b, h, i)];
-        if (std::isinf(r)) lse_inf_ok &= std::isinf(g) && g > 0;
-        else lse_err = std::max(lse_err, std::isfinite(g) ? fabs(g - r) / std::max(1.0, fabs(r)) : INFINITY);
+        if (std::isinf(r)) {
+          lse_inf_ok &= std::isinf(g) && g > 0;
+          continue;
+        }
+        // relative to max(1, |lse|), less what float32 scores alone may cost (XRef::smag)
+        const double score_err = 2.0 * sqrt((double)c.D) * 0x1p-24 * ref.smag[(size_t)h * x.total_q() + x.qoff[b] + i];
+        if (!std::isfinite(g)) lse_err = INFINITY;
+        else lse_err = std::max(lse_err, std::max(0.0, fabs(g - r) - score_err) / std::max(1.0, fabs(r)));
       }
   bool slack_ok = true;
   for (size_t i = out.lse.size() - kSlack; i < out.lse.size(); ++i) slack_ok &= out.lse[i] == kSentinel;
