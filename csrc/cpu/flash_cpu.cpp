@@ -1546,90 +1546,145 @@ static inline __attribute__((always_inline)) vf load_elems(const char* row, int 
 #endif
 }
 
-// st[c * ld + r0 + j] = K_c . Q_{r0 + j} for the nc keys of the tile and R rows of Q (row-major
-// floats, leading dimension ldq); keys two at a time so each Q load serves both.
-template <int DT, int R>
-static void narrow_s(const char* const* kp, int nc, const float* __restrict q, int64_t ldq, int r0, int D,
-                     float* __restrict st, int ld) {
-  const float* qr = q + (int64_t)r0 * ldq;
-  int c = 0;
-  for (; c + 2 <= nc; c += 2) {
-    vf a0[R], a1[R];
-    for (int j = 0; j < R; ++j) a0[j] = a1[j] = vf{};
-    for (int d = 0; d < D; d += VL) {
-      const vf k0 = load_elems<DT>(kp[c], d), k1 = load_elems<DT>(kp[c + 1], d);
-      for (int j = 0; j < R; ++j) {
-        const vf x = vload(qr + j * ldq + d);
-        a0[j] += k0 * x;
-        a1[j] += k1 * x;
-      }
+// The same for a vector type V: vf, or (AVX-512 set) vw, 16 elements.
+template <class V, int DT>
+static inline __attribute__((always_inline)) V load_vec(const char* row, int d) {
+#if FA_KAVX512
+  if constexpr (sizeof(V) == 64) {
+    if (DT == FA_FLOAT32) return vld<vw>(reinterpret_cast<const float*>(row) + d);
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + d));
+    if (DT == FA_FLOAT16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else
+#endif
+  {
+    return load_elems<DT>(row, d);
+  }
+}
+
+// out[i] = the sum of the lanes of a[i] for i < N (N <= 8). With AVX2 the eight sums come out of
+// one tree of horizontal adds (a 16-lane vector is first folded to 8 lanes), instead of a chain of
+// lane extractions per vector.
+template <int N, class V>
+static inline __attribute__((always_inline)) void hsums(const V* a, float* out) {
+#if FA_KAVX2
+  __m256 h[8];
+  for (int i = 0; i < 8; ++i) {
+    if (i >= N) {
+      h[i] = _mm256_setzero_ps();
+      continue;
     }
-    for (int j = 0; j < R; ++j) {
-      st[(int64_t)c * ld + r0 + j] = hsum(a0[j]);
-      st[(int64_t)(c + 1) * ld + r0 + j] = hsum(a1[j]);
+#if FA_KAVX512
+    if constexpr (sizeof(V) == 64) {
+      const __m512 z = (__m512)a[i];
+      h[i] = _mm256_add_ps(_mm512_castps512_ps256(z), _mm512_extractf32x8_ps(z, 1));
+    } else
+#endif
+    {
+      h[i] = (__m256)a[i];
     }
   }
-  if (c < nc) {
-    vf a0[R];
-    for (int j = 0; j < R; ++j) a0[j] = vf{};
-    for (int d = 0; d < D; d += VL) {
-      const vf k0 = load_elems<DT>(kp[c], d);
-      for (int j = 0; j < R; ++j) a0[j] += k0 * vload(qr + j * ldq + d);
+  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
+  const __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+  if (N == 8) {
+    _mm256_storeu_ps(out, r);
+  } else {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, r);
+    for (int i = 0; i < N; ++i) out[i] = t[i];
+  }
+#else
+  for (int i = 0; i < N; ++i) {
+    float x = 0.f;
+    for (int l = 0; l < (int)(sizeof(V) / sizeof(float)); ++l) x += a[i][l];
+    out[i] = x;
+  }
+#endif
+}
+
+// st[c * ld + r0 + j] = K_c . Q_{r0 + j} for the nc keys of the tile and R (<= 4) rows of Q
+// (row-major floats, leading dimension ldq); 8 / R keys at a time so that each Q load serves them
+// all and their 8 dot products are reduced together (hsums). A last partial group repeats its
+// last key (the repeats are computed and dropped).
+template <class V, int DT, int R>
+static void narrow_s(const char* const* kp, int nc, const float* __restrict q, int64_t ldq, int r0, int D,
+                     float* __restrict st, int ld) {
+  constexpr int W = (int)(sizeof(V) / sizeof(float));
+  constexpr int KC = 8 / R;
+  const float* qr = q + (int64_t)r0 * ldq;
+  for (int c = 0; c < nc; c += KC) {
+    const int kc = std::min(KC, nc - c);
+    const char* kr[KC];
+    for (int i = 0; i < KC; ++i) kr[i] = kp[c + std::min(i, kc - 1)];
+    V a[KC * R];
+    for (int i = 0; i < KC * R; ++i) a[i] = V{};
+    for (int d = 0; d < D; d += W) {
+      V k[KC];
+      for (int i = 0; i < KC; ++i) k[i] = load_vec<V, DT>(kr[i], d);
+      for (int j = 0; j < R; ++j) {
+        const V x = vld<V>(qr + j * ldq + d);
+        for (int i = 0; i < KC; ++i) a[i * R + j] += k[i] * x;
+      }
     }
-    for (int j = 0; j < R; ++j) st[(int64_t)c * ld + r0 + j] = hsum(a0[j]);
+    float sums[KC * R];
+    hsums<KC * R>(a, sums);
+    for (int i = 0; i < kc; ++i)
+      for (int j = 0; j < R; ++j) st[(int64_t)(c + i) * ld + r0 + j] = sums[i * R + j];
   }
 }
 
 // acc[r0 + j][:] += sum_c P[r0 + j][c] V_c for R rows, P transposed in st (leading dimension ld),
 // two vectors of the head dim at a time (one for a last odd vector).
-template <int DT, int R>
+template <class V, int DT, int R>
 static void narrow_pv(const char* const* vp, int nc, const float* __restrict st, int ld, int r0, int D,
                       float* __restrict acc, int64_t ldo) {
+  constexpr int W = (int)(sizeof(V) / sizeof(float));
   float* o = acc + (int64_t)r0 * ldo;
   int d = 0;
-  for (; d + 2 * VL <= D; d += 2 * VL) {
-    vf o0[R], o1[R];
+  for (; d + 2 * W <= D; d += 2 * W) {
+    V o0[R], o1[R];
     for (int j = 0; j < R; ++j) {
-      o0[j] = vload(o + j * ldo + d);
-      o1[j] = vload(o + j * ldo + d + VL);
+      o0[j] = vld<V>(o + j * ldo + d);
+      o1[j] = vld<V>(o + j * ldo + d + W);
     }
     for (int c = 0; c < nc; ++c) {
-      const vf v0 = load_elems<DT>(vp[c], d), v1 = load_elems<DT>(vp[c], d + VL);
+      const V v0 = load_vec<V, DT>(vp[c], d), v1 = load_vec<V, DT>(vp[c], d + W);
       const float* p = st + (int64_t)c * ld + r0;
       for (int j = 0; j < R; ++j) {
-        const vf pj = vsplat(p[j]);
+        const V pj = V{} + p[j];
         o0[j] += pj * v0;
         o1[j] += pj * v1;
       }
     }
     for (int j = 0; j < R; ++j) {
-      vstore(o + j * ldo + d, o0[j]);
-      vstore(o + j * ldo + d + VL, o1[j]);
+      vst(o + j * ldo + d, o0[j]);
+      vst(o + j * ldo + d + W, o1[j]);
     }
   }
-  for (; d < D; d += VL) {
-    vf o0[R];
-    for (int j = 0; j < R; ++j) o0[j] = vload(o + j * ldo + d);
+  for (; d < D; d += W) {
+    V o0[R];
+    for (int j = 0; j < R; ++j) o0[j] = vld<V>(o + j * ldo + d);
     for (int c = 0; c < nc; ++c) {
-      const vf v0 = load_elems<DT>(vp[c], d);
+      const V v0 = load_vec<V, DT>(vp[c], d);
       const float* p = st + (int64_t)c * ld + r0;
-      for (int j = 0; j < R; ++j) o0[j] += vsplat(p[j]) * v0;
+      for (int j = 0; j < R; ++j) o0[j] += (V{} + p[j]) * v0;
     }
-    for (int j = 0; j < R; ++j) vstore(o + j * ldo + d, o0[j]);
+    for (int j = 0; j < R; ++j) vst(o + j * ldo + d, o0[j]);
   }
 }
 
-// Both kernels over `rows` (<= 8) rows in groups of up to 4. PV = false: S into st (the padding
-// rows up to 8 get 0); PV = true: O += P V.
-template <int DT, bool PV>
-static void narrow_rows(const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D, float* st,
-                        int ld, float* acc, int64_t ldo) {
+// Both kernels over `rows` (<= 8) rows in groups of up to 4, with vectors V (the head dim a
+// multiple of V's width). PV = false: S into st; PV = true: O += P V.
+template <class V, int DT, bool PV>
+static void narrow_groups(const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D, float* st,
+                          int ld, float* acc, int64_t ldo) {
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const int n = std::min(4, rows - r0);
-#define FA_NARROW_CASE(R)                                     \
-  case R:                                                    \
-    if (PV) narrow_pv<DT, R>(p, nc, st, ld, r0, D, acc, ldo); \
-    else narrow_s<DT, R>(p, nc, q, ldq, r0, D, st, ld);       \
+#define FA_NARROW_CASE(R)                                        \
+  case R:                                                       \
+    if (PV) narrow_pv<V, DT, R>(p, nc, st, ld, r0, D, acc, ldo); \
+    else narrow_s<V, DT, R>(p, nc, q, ldq, r0, D, st, ld);       \
     break;
     switch (n) {
       FA_NARROW_CASE(1)
@@ -1640,6 +1695,18 @@ static void narrow_rows(const char* const* p, int nc, const float* q, int64_t ld
     }
 #undef FA_NARROW_CASE
   }
+}
+
+// The padding rows up to 8 of S get 0. The AVX-512 set takes the head dim 16 lanes at a time when
+// it is a multiple of 16.
+template <int DT, bool PV>
+static void narrow_rows(const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D, float* st,
+                        int ld, float* acc, int64_t ldo) {
+#if FA_KAVX512
+  if (D % 16 == 0) narrow_groups<vw, DT, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
+  else
+#endif
+    narrow_groups<vf, DT, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
   if (!PV)
     for (int c = 0; c < nc; ++c)
       for (int r = rows; r < kNarrowRows; ++r) st[(int64_t)c * ld + r] = 0.f;
