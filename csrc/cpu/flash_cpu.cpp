@@ -115,6 +115,7 @@ struct Geometry {
   float cap_in;         // scale / softcap
   float cap_out;        // softcap * log2(e): the modified score in the log2 domain
   int bm, bn;        // tile sizes
+  int kvh;           // forward of single-query calls: kv heads per task (FwdPack; 1 otherwise)
   int Dp;            // D rounded up to 8 (row stride of row-major float tiles)
   int bmp, bnp;      // bm, bn rounded up to 8 (row strides of score tiles and transposed tiles)
   bool direct;       // fp32 with D % 8 == 0: read q/k/v/dO in place instead of converting copies
@@ -246,11 +247,17 @@ inline bool tile_full(const Geometry& g, const Seq& s, int64_t i0, int rows, int
 // d of the group with d x (query rows) <= bm: a decode step (one query) packs the whole group, a
 // sequence of more than bm / 2 rows keeps one head per task. The choice depends on the sequence's
 // query rows and the tile size only, never on the thread count.
+// Forward tasks of at most this many tile rows per kv head (a decode step's group) use the narrow
+// kernels (narrow_tile), which read K / V in place.
+constexpr int kNarrowRows = 8;
+
 struct FwdPack {
   int heads;  // query heads per task
   int qrows;  // query rows per task (bm / heads)
+  int kvh;    // kv heads per task: heads = group * kvh when kvh > 1 (single-query calls, g.kvh)
 };
 inline FwdPack fwd_pack(const Geometry& g, int64_t nq) {
+  if (g.kvh > 1) return {g.group * g.kvh, 1, g.kvh};
   const int64_t used = std::max<int64_t>(1, std::min<int64_t>(nq, g.bm));
   int heads = 1;
   for (int d = g.group; d > 1; --d)
@@ -258,7 +265,7 @@ inline FwdPack fwd_pack(const Geometry& g, int64_t nq) {
       heads = d;
       break;
     }
-  return {heads, g.bm / heads};
+  return {heads, g.bm / heads, 1};
 }
 
 struct FwdArgs {
@@ -278,8 +285,9 @@ struct FwdArgs {
 };
 
 // Key splits of the forward: a call with fewer than kSplitTasks tasks (a decode step of one or a few
-// sequences with few kv heads) splits each task's keys into up to kSplitTasks / tasks pieces (and
-// no more than the longest sequence's keys / kSplitMinKeys), so that more cores share it; the
+// sequences) splits each task's keys into up to kSplitTasks / tasks pieces (and no more than the
+// longest sequence's keys times the kv heads per task (g.kvh) / kSplitMinKeys), so that more
+// cores share it; the
 // pieces' partial results are combined by their running max and sum. The count depends on the
 // shape only (task count, longest sequence), never on the thread count, so results stay
 // bit-identical for any number of threads.
@@ -292,7 +300,8 @@ constexpr int64_t kSplitBudget = int64_t(16) << 20;  // floats of partial result
 inline int fwd_splits(const Geometry& g, int64_t tasks, int requested, int64_t part_stride) {
   int64_t n = 1;
   if (requested > 0) n = std::min<int64_t>(requested, g.nkb);
-  else if (tasks > 0 && tasks < kSplitTasks) n = std::min<int64_t>((kSplitTasks + tasks - 1) / tasks, g.Nk / kSplitMinKeys);
+  else if (tasks > 0 && tasks < kSplitTasks)
+    n = std::min<int64_t>((kSplitTasks + tasks - 1) / tasks, (int64_t)g.Nk * g.kvh / kSplitMinKeys);
   if (tasks > 0) n = std::min<int64_t>(n, kSplitBudget / (tasks * part_stride));
   return (int)std::max<int64_t>(1, n);
 }
@@ -548,6 +557,7 @@ void size_tiles(Geometry* g, int Nq, int Nk, int bm, int bn) {
   g->Nq = Nq;
   g->Nk = Nk;
   g->bm = std::max(1, std::min({bm > 0 ? bm : kDefaultBlockM, std::max(Nq, 1), kMaxBlock}));
+  g->kvh = 1;
   g->bn = std::max(1, std::min({bn > 0 ? bn : kDefaultBlockN, std::max(Nk, 1), kMaxBlock}));
   g->bmp = round_up(g->bm, 8);
   g->bnp = round_up(g->bn, 8);
@@ -743,9 +753,22 @@ std::vector<int64_t> task_starts(const Geometry& g, bool keys, int per, int blk)
 }
 
 // The forward's tile rows: the user's block_m (default 64), but for short sequences room for the
-// query rows of a whole GQA group (FwdPack) rather than the query rows alone. After size_tiles.
+// query rows of a whole GQA group (FwdPack) rather than the query rows alone. A call whose
+// sequences have one query each (decode steps) whose groups the narrow kernels take (D % 8 == 0,
+// group <= kNarrowRows) packs the groups of several kv heads into a task, as many as divide Hkv
+// and fit block_m rows (g->kvh): a task then reads each token's K / V rows of all its kv heads,
+// which sit next to each other (paged and [B, N, Hkv, D] layouts), instead of one head's slice
+// every Hkv * D elements. After size_tiles.
 void size_fwd_rows(Geometry* g, int bm) {
-  const int64_t want = std::max<int64_t>(1, (int64_t)g->Nq * g->group);
+  const int cap = std::min(bm > 0 ? bm : kDefaultBlockM, kMaxBlock);
+  g->kvh = 1;
+  if (g->Nq == 1 && g->D % 8 == 0 && g->group <= kNarrowRows)
+    for (int d = g->Hkv; d > 1; --d)
+      if (g->Hkv % d == 0 && d * g->group <= cap) {
+        g->kvh = d;
+        break;
+      }
+  const int64_t want = std::max<int64_t>(1, (int64_t)g->Nq * g->group * g->kvh);
   g->bm = (int)std::max<int64_t>(1, std::min<int64_t>({bm > 0 ? bm : kDefaultBlockM, want, kMaxBlock}));
   g->bmp = round_up(g->bm, 8);
 }
@@ -1508,7 +1531,6 @@ static inline __attribute__((always_inline)) vi in_range(vi c, vi lo, vi hi) { r
 // useful; O += P V with the head dim in the lanes. Each S entry is the sum of VL lane partial sums;
 // each O element stays one chain of multiply-adds over the keys in order. Head dims that are a
 // multiple of 8 only (the others take the GEMM path).
-constexpr int kNarrowRows = 8;
 
 // Byte addresses of rows n0 .. n0 + n - 1 of loc (elements of es bytes), walking the pages
 // incrementally instead of dividing per row.
@@ -1603,20 +1625,20 @@ static inline __attribute__((always_inline)) void hsums(const V* a, float* out) 
 #endif
 }
 
-// st[c * ld + r0 + j] = K_c . Q_{r0 + j} for the nc keys of the tile and R (<= 4) rows of Q
-// (row-major floats, leading dimension ldq); 8 / R keys at a time so that each Q load serves them
+// st[c * ld + r0 + j] = K_c . Q_{r0 + j} for the nc keys of the tile (K_c at byte kp[c] + off)
+// and R (<= 4) rows of Q (row-major floats, leading dimension ldq); 8 / R keys at a time so that each Q load serves them
 // all and their 8 dot products are reduced together (hsums). A last partial group repeats its
 // last key (the repeats are computed and dropped).
 template <class V, int DT, int R>
-static void narrow_s(const char* const* kp, int nc, const float* __restrict q, int64_t ldq, int r0, int D,
-                     float* __restrict st, int ld) {
+static void narrow_s(const char* const* kp, int64_t off, int nc, const float* __restrict q, int64_t ldq, int r0,
+                     int D, float* __restrict st, int ld) {
   constexpr int W = (int)(sizeof(V) / sizeof(float));
   constexpr int KC = 8 / R;
   const float* qr = q + (int64_t)r0 * ldq;
   for (int c = 0; c < nc; c += KC) {
     const int kc = std::min(KC, nc - c);
     const char* kr[KC];
-    for (int i = 0; i < KC; ++i) kr[i] = kp[c + std::min(i, kc - 1)];
+    for (int i = 0; i < KC; ++i) kr[i] = kp[c + std::min(i, kc - 1)] + off;
     V a[KC * R];
     for (int i = 0; i < KC * R; ++i) a[i] = V{};
     for (int d = 0; d < D; d += W) {
@@ -1634,10 +1656,10 @@ static void narrow_s(const char* const* kp, int nc, const float* __restrict q, i
   }
 }
 
-// acc[r0 + j][:] += sum_c P[r0 + j][c] V_c for R rows, P transposed in st (leading dimension ld),
-// two vectors of the head dim at a time (one for a last odd vector).
+// acc[r0 + j][:] += sum_c P[r0 + j][c] V_c (at byte vp[c] + off) for R rows, P transposed in st
+// (leading dimension ld), two vectors of the head dim at a time (one for a last odd vector).
 template <class V, int DT, int R>
-static void narrow_pv(const char* const* vp, int nc, const float* __restrict st, int ld, int r0, int D,
+static void narrow_pv(const char* const* vp, int64_t off, int nc, const float* __restrict st, int ld, int r0, int D,
                       float* __restrict acc, int64_t ldo) {
   constexpr int W = (int)(sizeof(V) / sizeof(float));
   float* o = acc + (int64_t)r0 * ldo;
@@ -1649,7 +1671,7 @@ static void narrow_pv(const char* const* vp, int nc, const float* __restrict st,
       o1[j] = vld<V>(o + j * ldo + d + W);
     }
     for (int c = 0; c < nc; ++c) {
-      const V v0 = load_vec<V, DT>(vp[c], d), v1 = load_vec<V, DT>(vp[c], d + W);
+      const V v0 = load_vec<V, DT>(vp[c] + off, d), v1 = load_vec<V, DT>(vp[c] + off, d + W);
       const float* p = st + (int64_t)c * ld + r0;
       for (int j = 0; j < R; ++j) {
         const V pj = V{} + p[j];
@@ -1666,7 +1688,7 @@ static void narrow_pv(const char* const* vp, int nc, const float* __restrict st,
     V o0[R];
     for (int j = 0; j < R; ++j) o0[j] = vld<V>(o + j * ldo + d);
     for (int c = 0; c < nc; ++c) {
-      const V v0 = load_vec<V, DT>(vp[c], d);
+      const V v0 = load_vec<V, DT>(vp[c] + off, d);
       const float* p = st + (int64_t)c * ld + r0;
       for (int j = 0; j < R; ++j) o0[j] += (V{} + p[j]) * v0;
     }
@@ -1677,14 +1699,14 @@ static void narrow_pv(const char* const* vp, int nc, const float* __restrict st,
 // Both kernels over `rows` (<= 8) rows in groups of up to 4, with vectors V (the head dim a
 // multiple of V's width). PV = false: S into st; PV = true: O += P V.
 template <class V, int DT, bool PV>
-static void narrow_groups(const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D, float* st,
-                          int ld, float* acc, int64_t ldo) {
+static void narrow_groups(const char* const* p, int64_t off, int nc, const float* q, int64_t ldq, int rows, int D,
+                          float* st, int ld, float* acc, int64_t ldo) {
   for (int r0 = 0; r0 < rows; r0 += 4) {
     const int n = std::min(4, rows - r0);
 #define FA_NARROW_CASE(R)                                        \
   case R:                                                       \
-    if (PV) narrow_pv<V, DT, R>(p, nc, st, ld, r0, D, acc, ldo); \
-    else narrow_s<V, DT, R>(p, nc, q, ldq, r0, D, st, ld);       \
+    if (PV) narrow_pv<V, DT, R>(p, off, nc, st, ld, r0, D, acc, ldo); \
+    else narrow_s<V, DT, R>(p, off, nc, q, ldq, r0, D, st, ld);       \
     break;
     switch (n) {
       FA_NARROW_CASE(1)
@@ -1697,27 +1719,37 @@ static void narrow_groups(const char* const* p, int nc, const float* q, int64_t 
   }
 }
 
-// The padding rows up to 8 of S get 0. The AVX-512 set takes the head dim 16 lanes at a time when
-// it is a multiple of 16.
+// One kv head's rows (at most 8) of a narrow task; K / V rows at byte p[c] + off. The AVX-512 set
+// takes the head dim 16 lanes at a time when it is a multiple of 16.
 template <int DT, bool PV>
-static void narrow_rows(const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D, float* st,
-                        int ld, float* acc, int64_t ldo) {
+static void narrow_rows(const char* const* p, int64_t off, int nc, const float* q, int64_t ldq, int rows, int D,
+                        float* st, int ld, float* acc, int64_t ldo) {
 #if FA_KAVX512
-  if (D % 16 == 0) narrow_groups<vw, DT, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
+  if (D % 16 == 0) narrow_groups<vw, DT, PV>(p, off, nc, q, ldq, rows, D, st, ld, acc, ldo);
   else
 #endif
-    narrow_groups<vf, DT, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
-  if (!PV)
-    for (int c = 0; c < nc; ++c)
-      for (int r = rows; r < kNarrowRows; ++r) st[(int64_t)c * ld + r] = 0.f;
+    narrow_groups<vf, DT, PV>(p, off, nc, q, ldq, rows, D, st, ld, acc, ldo);
 }
 
+// A narrow task's tile: `segs` kv heads of seg rows each (tile rows j * seg .. (j + 1) * seg - 1 for
+// the j-th, whose K / V rows lie j * head bytes after the first's). PV = false: S^T into st, and 0 in
+// the padding rows up to rp (whose softmax results are never used, but stay finite); PV = true:
+// O += P V.
 template <bool PV>
-static void narrow_tile(fa_dtype dt, const char* const* p, int nc, const float* q, int64_t ldq, int rows, int D,
-                        float* st, int ld, float* acc, int64_t ldo) {
-  if (dt == FA_FLOAT16) narrow_rows<FA_FLOAT16, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
-  else if (dt == FA_BFLOAT16) narrow_rows<FA_BFLOAT16, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
-  else narrow_rows<FA_FLOAT32, PV>(p, nc, q, ldq, rows, D, st, ld, acc, ldo);
+static void narrow_tile(fa_dtype dt, const char* const* p, int64_t head, int segs, int seg, int rp, int nc,
+                        const float* q, int64_t ldq, int D, float* st, int ld, float* acc, int64_t ldo) {
+  for (int j = 0; j < segs; ++j) {
+    const int64_t off = j * head;
+    const int64_t r0 = (int64_t)j * seg;
+    const float* qj = PV ? nullptr : q + r0 * ldq;
+    float* aj = PV ? acc + r0 * ldo : nullptr;
+    if (dt == FA_FLOAT16) narrow_rows<FA_FLOAT16, PV>(p, off, nc, qj, ldq, seg, D, st + r0, ld, aj, ldo);
+    else if (dt == FA_BFLOAT16) narrow_rows<FA_BFLOAT16, PV>(p, off, nc, qj, ldq, seg, D, st + r0, ld, aj, ldo);
+    else narrow_rows<FA_FLOAT32, PV>(p, off, nc, qj, ldq, seg, D, st + r0, ld, aj, ldo);
+  }
+  if (!PV)
+    for (int c = 0; c < nc; ++c)
+      for (int r = segs * seg; r < rp; ++r) st[(int64_t)c * ld + r] = 0.f;
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -1867,8 +1899,10 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
     keys.lo += split * chunk;
     keys.hi = std::min(keys.hi, keys.lo + chunk);
   }
-  // Narrow tasks (decode) read K / V in place (see narrow_tile); the others through GEMMs.
-  const bool narrow = rows <= kNarrowRows && D % 8 == 0;
+  // Narrow tasks (decode) read K / V in place (see narrow_tile); the others through GEMMs. A task
+  // with several kv heads (pk.kvh > 1, always narrow) holds one group of rows per kv head.
+  const int segs = tl.pk.kvh, seg = rows / segs;
+  const bool narrow = seg <= kNarrowRows && D % 8 == 0;
   if (keys.lo < keys.hi) {
     const RowLoc kl = k_rows(g, a.ks, s, hk), vl = k_rows(g, a.vs, s, hk);
     const int64_t es = g.dtype == FA_FLOAT32 ? 4 : 2;
@@ -1886,7 +1920,7 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
       if (narrow) {
         row_ptrs(a.k, kl, es, k0, nc, kp);
         row_ptrs(a.v, vl, es, k0, nc, vp);
-        narrow_tile<false>(g.dtype, kp, nc, qr, Dp, rows, D, st, bmp, nullptr, 0);  // S^T
+        narrow_tile<false>(g.dtype, kp, a.ks.head * es, segs, seg, rp, nc, qr, Dp, D, st, bmp, nullptr, 0);  // S^T
       } else {
         const RowsView K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
         V = rows_view(a.v, vl, g, k0, nc, ws + sc.vr);
@@ -1905,7 +1939,7 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
         const vf va = vsplat(alpha[r]);
         for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * va);
       }
-      if (narrow) narrow_tile<true>(g.dtype, vp, nc, nullptr, 0, rows, D, st, bmp, acc, Dp);  // O += P V
+      if (narrow) narrow_tile<true>(g.dtype, vp, a.vs.head * es, segs, seg, rp, nc, nullptr, 0, D, st, bmp, acc, Dp);  // O += P V
       else gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);
       k0 += nc;
     }

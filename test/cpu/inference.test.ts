@@ -5,11 +5,13 @@
 // mergeAttention; all against float64 references, index arrays as Int32Array and as int32 tensors.
 // GQA groups that are not powers of two (3, 5, 6, 7) with short query counts run the forward's
 // head packing (several query heads of a group in one task) with packs of every size. Long caches
-// with few tasks run the key splits and their combine.
+// with few tasks run the key splits and their combine. Decode steps pack the groups of several kv
+// heads into one task.
 import { describe, it } from 'vitest';
 import { caseName, checkBackwardCase, checkForwardCase, type AttnCase } from '../helpers/harness';
 import { checkMergeCase, checkPagedCase, checkVarlenCase, pagedName, varlenName, type PagedCase, type VarlenCase } from '../helpers/inference';
-import { maskedDenseCases, mergeCases, pagedCases, varlenCases } from '../helpers/inference-cases';
+import { maskedDenseCases, mergeCases, pagedCases, randomMask, varlenCases } from '../helpers/inference-cases';
+import { Rng } from '../helpers/reference';
 
 const DS = [8, 16, 24, 40, 64];
 
@@ -79,6 +81,52 @@ describe('CPU: long keys with few tasks (a decode step split over the keys, then
   for (const c of pagedCases(7605, 12, { maxBefore: 5000, maxFresh: 3, Ds: [16, 40, 64], maxB: 2, gpu: false, pageSizes: [1, 7, 16] })) {
     it(`paged ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
   }
+});
+
+describe('CPU: decode steps pack the groups of several kv heads into a task', () => {
+  // Calls whose sequences have one query each (head dim a multiple of 8, group <= 8) give a task
+  // the query heads of as many kv heads as divide Hkv and fit block_m rows: the narrow kernels then
+  // walk one group of rows per kv head over the same key tiles (and rows of the tile padding).
+  // Kv heads 2..8 (and 3, 6: odd counts and divisors), groups 1..8, head dims a multiple of 8 with
+  // and without 16 | D, masks, blockM limits that pack fewer kv heads, long keys (splits).
+  const rng = new Rng(7701);
+  const dtypes = ['float16', 'bfloat16', 'float32'] as const;
+  const dense: AttnCase[] = [];
+  for (let i = 0; i < 18; i++) {
+    const dtype = dtypes[i % 3];
+    const Nk = rng.pick([1, 7, 16, 100, 300, 2500]);
+    const m = randomMask(rng, Nk, dtype);
+    const Hkv = rng.pick([2, 3, 4, 6, 8]);
+    const c: AttnCase = {
+      seed: 7701000 + i, B: rng.pick([1, 2, 3]), Nq: 1, Nk, H: Hkv * rng.pick([1, 2, 3, 4, 8]), Hkv,
+      D: rng.pick([8, 24, 40, 64, 128]), causal: m.causal ?? false, scale: m.scale, window: m.window,
+      softcap: m.softcap, layout: rng.bool() ? 'bshd' : 'bhsd', dtype,
+    };
+    if (rng.bool(0.4)) c.cpu = { blockM: rng.pick([2, 4, 8, 12, 16]), ...(rng.bool(0.5) ? { threads: rng.pick([1, 3]) } : {}) };
+    dense.push(c);
+  }
+  for (const c of dense) it(`forward ${caseName(c)}`, () => checkForwardCase(c, 'cpu'));
+  const paged: PagedCase[] = [];
+  for (let i = 0; i < 12; i++) {
+    const dtype = dtypes[i % 3];
+    const B = rng.int(1, 4);
+    const before = Array.from({ length: B }, () => (rng.bool(0.1) ? 0 : rng.int(1, rng.bool(0.3) ? 3000 : 200)));
+    const m = randomMask(rng, Math.max(...before) + 1, dtype);
+    const Hkv = rng.pick([2, 3, 4, 6, 8]);
+    const D = rng.pick([16, 24, 64, 128]);
+    paged.push({
+      seed: 7702000 + i, before, fresh: before.map(() => 1), pageSize: rng.pick([1, 3, 16]), H: Hkv * rng.pick([1, 2, 4, 8]),
+      Hkv, D, dtype, ...m, numSplits: rng.bool(0.3) ? rng.pick([2, 5]) : undefined,
+      rotary: rng.bool(0.3) ? { dim: D, interleaved: rng.bool() } : undefined, deviceIndex: rng.bool(0.3), spare: rng.int(0, 3),
+    });
+  }
+  for (const c of paged) it(`paged ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
+  const varlen: VarlenCase[] = [
+    { seed: 7711, lensQ: [1, 1, 0, 1], lensK: [90, 2200, 5, 0], H: 24, Hkv: 6, D: 40, dtype: 'float16', causal: true },
+    { seed: 7712, lensQ: [1, 1], lensK: [33, 17], H: 8, Hkv: 8, D: 64, dtype: 'float32', window: [8, 0] },
+    { seed: 7713, lensQ: [1], lensK: [500], H: 12, Hkv: 3, D: 128, dtype: 'bfloat16', softcap: 30, scale: 1.0 },
+  ];
+  for (const c of varlen) it(`varlen ${varlenName(c)}`, () => checkVarlenCase(c, 'cpu'));
 });
 
 describe('CPU: mergeAttention', () => {
