@@ -36,9 +36,10 @@
 //             query rows of several heads of one GQA group (FwdPack), which then share each K / V
 //             tile; in calls whose sequences all have one query, those of several kv heads
 //             (Geometry::kvh), so that a task reads whole token rows of K / V. Per tile:
-//             S^T = K Q^T (Q is transposed once per task, so K and V tiles are used as loaded), online softmax in the log2 domain (scores times scale*log2(e), exp2;
-//             running max m and sum l per row, old O rescaled when the max grows), O += P V; O is
-//             normalised once at the end and LSE = (m + log2 l) * ln 2. Tasks of at most 8 rows
+//             S^T = K Q^T (Q is transposed once per task, so K and V tiles are used as loaded),
+//             online softmax in the log2 domain (scores times scale*log2(e), exp2; running max m
+//             and sum l per row, old O rescaled when the max grows), O += P V; O is normalised
+//             once at the end and LSE = (m + log2 l) * ln 2. Tasks of at most 8 rows per kv head
 //             (a decode step's group) compute S and P V with kernels that read K and V in place
 //             (narrow_tile) instead of the GEMMs. A call with few tasks and long key ranges splits
 //             each task's keys into pieces (fwd_splits), whose partial O, m and l a second pass
