@@ -242,17 +242,19 @@ inline bool tile_full(const Geometry& g, const Seq& s, int64_t i0, int rows, int
   return row_lo(g, s, i0 + rows - 1) <= k0 && row_hi(g, s, i0) >= k0 + nc;
 }
 
+// Forward tasks of at most this many tile rows per kv head (a decode step's group) use the narrow
+// kernels (narrow_tile), which read K / V in place.
+constexpr int kNarrowRows = 8;
+
 // GQA packing in the forward. A task takes `heads` query heads of one kv group (a divisor of the
 // group) and up to `qrows` = bm / heads query rows of each, as tile rows r = qi * heads + j (query
 // row i0 + qi of head h0 + j), so the heads of a group share every K / V tile: it is converted
 // (fp16 / bf16) and read once for them instead of once per head. `heads` is the largest divisor
 // d of the group with d x (query rows) <= bm: a decode step (one query) packs the whole group, a
-// sequence of more than bm / 2 rows keeps one head per task. The choice depends on the sequence's
-// query rows and the tile size only, never on the thread count.
-// Forward tasks of at most this many tile rows per kv head (a decode step's group) use the narrow
-// kernels (narrow_tile), which read K / V in place.
-constexpr int kNarrowRows = 8;
-
+// sequence of more than bm / 2 rows keeps one head per task. Calls whose sequences all have one
+// query may also pack the groups of g.kvh kv heads (size_fwd_rows): heads = group * kvh, one query
+// row, tile row r = head h0 + r (kv head h0 / group + r / group). The choice depends on the shape
+// and the tile size only, never on the thread count.
 struct FwdPack {
   int heads;  // query heads per task
   int qrows;  // query rows per task (bm / heads)
@@ -289,8 +291,7 @@ struct FwdArgs {
 // Key splits of the forward: a call with fewer than kSplitTasks tasks (a decode step of one or a few
 // sequences) splits each task's keys into up to kSplitTasks / tasks pieces (and no more than the
 // longest sequence's keys times the kv heads per task (g.kvh) / kSplitMinKeys), so that more
-// cores share it; the
-// pieces' partial results are combined by their running max and sum. The count depends on the
+// cores share it; the pieces' partial results are combined by their running max and sum. The count depends on the
 // shape only (task count, longest sequence), never on the thread count, so results stay
 // bit-identical for any number of threads.
 constexpr int64_t kSplitTasks = 32;
@@ -791,7 +792,6 @@ fa_status need(const char* fn, const void* ptr, const char* name) {
   return fail(FA_ERR_INVALID, std::string(fn) + ": " + name + " must not be null");
 }
 
-// 64-byte aligned float buffer; empty on allocation failure.
 // Workspace memory. Buffers of 64 KiB and more come from a small process-wide cache of freed ones
 // (sizes rounded up to a power of two, at most kCacheBytes kept), so that back-to-back calls reuse
 // pages that are already mapped: a fresh large allocation is mapped anew by malloc, and its first
@@ -860,6 +860,7 @@ BufferCache& buffer_cache() {
   return *c;
 }
 
+// 64-byte aligned float buffer (n floats, at least 16); ptr is null on allocation failure.
 struct FloatBuffer {
   float* ptr = nullptr;
   size_t bytes = 0;
@@ -1414,7 +1415,8 @@ static inline void load_row(const void* base, int64_t off, fa_dtype dt, int D, f
 #if FA_KAVX2
     for (; d + 8 <= D; d += 8)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d),
-                          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))), 16));
+                          _mm256_slli_epi32(
+                              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))), 16));
 #endif
     for (; d < D; ++d) dst[d] = bf16_bits_to_f32(src[d]);
   }
@@ -1530,7 +1532,7 @@ static inline __attribute__((always_inline)) vi in_range(vi c, vi lo, vi hi) { r
 // vector of lanes in the S^T GEMM with mostly padding, and would convert each K / V row to a float
 // copy before using it once. These kernels read the K / V rows where they are instead (fp16 and
 // bf16 widened in registers as they are loaded): S by dot products along the head dim, every lane
-// useful; O += P V with the head dim in the lanes. Each S entry is the sum of VL lane partial sums;
+// useful; O += P V with the head dim in the lanes. Each S entry is the sum of 8 or 16 lane sums;
 // each O element stays one chain of multiply-adds over the keys in order. Head dims that are a
 // multiple of 8 only (the others take the GEMM path).
 
@@ -1610,7 +1612,8 @@ static inline __attribute__((always_inline)) void hsums(const V* a, float* out) 
   }
   const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
   const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
-  const __m256 r = _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+  const __m256 r =
+      _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
   if (N == 8) {
     _mm256_storeu_ps(out, r);
   } else {
@@ -1628,9 +1631,9 @@ static inline __attribute__((always_inline)) void hsums(const V* a, float* out) 
 }
 
 // st[c * ld + r0 + j] = K_c . Q_{r0 + j} for the nc keys of the tile (K_c at byte kp[c] + off)
-// and R (<= 4) rows of Q (row-major floats, leading dimension ldq); 8 / R keys at a time so that each Q load serves them
-// all and their 8 dot products are reduced together (hsums). A last partial group repeats its
-// last key (the repeats are computed and dropped).
+// and R (<= 4) rows of Q (row-major floats, leading dimension ldq); 8 / R keys at a time, so that
+// each Q load serves them all and their dot products are reduced together (hsums). A last partial
+// group repeats its last key (the repeats are computed and dropped).
 template <class V, int DT, int R>
 static void narrow_s(const char* const* kp, int64_t off, int nc, const float* __restrict q, int64_t ldq, int r0,
                      int D, float* __restrict st, int ld) {
@@ -1941,8 +1944,10 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
         const vf va = vsplat(alpha[r]);
         for (int d = 0; d < Dp; d += VL) vstore(o + d, vload(o + d) * va);
       }
-      if (narrow) narrow_tile<true>(g.dtype, vp, a.vs.head * es, segs, seg, rp, nc, nullptr, 0, D, st, bmp, acc, Dp);  // O += P V
-      else gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);
+      if (narrow)  // O += P V
+        narrow_tile<true>(g.dtype, vp, a.vs.head * es, segs, seg, rp, nc, nullptr, 0, D, st, bmp, acc, Dp);
+      else
+        gemm<true>(acc, Dp, st, 1, bmp, V.p, V.ld, rows, Dp, nc);
       k0 += nc;
     }
   }
