@@ -5,8 +5,9 @@
 // re-checks what could make the core read or write out of bounds (each slot's byte size against the
 // size the fields imply) and turns a mismatch into an internal TypeError rather than trusting it.
 //
-// CPU: the work runs in a Napi::AsyncWorker (no N-API calls off the JS thread); every output is a
-// host typed array the caller allocated; the Promise settles when the work is done.
+// CPU: the work runs in a Napi::AsyncWorker (no N-API calls off the JS thread), or on the calling
+// thread when it is small (CpuWorker::Start); every output is a host typed array the caller
+// allocated; the Promise settles when the work is done.
 // CUDA: the outputs (slots that were null) are allocated here and returned as handles at once; the
 // core call is submitted to the device's launch queue (context.h: the launcher thread issues it in
 // call order, or this thread when the GPU is idle); a failed allocation throws with the CUDA error
@@ -148,6 +149,17 @@ void* HostPtr(const Call& c, Slot s, size_t bytes, bool required) {
   return static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
 }
 
+// Calls whose work is at most this many multiply-adds (or elements moved) run on the calling (JS)
+// thread: handing a call to a libuv worker and its completion back to the JS thread costs about
+// 30 us, more than such a call's arithmetic (a decode step of one sequence over a short cache:
+// 50 -> 20 us). The longest call run inline takes tens of microseconds, which is what the event
+// loop waits for. FA_CPU_INLINE=0 sends every call to a worker (comparisons).
+constexpr double kInlineWork = double(1 << 20);
+bool InlineAllowed() {
+  const char* e = std::getenv("FA_CPU_INLINE");  // read per call (tests compare both paths)
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
+
 class CpuWorker : public Napi::AsyncWorker {
  public:
   CpuWorker(Napi::Env env, const char* name)
@@ -157,6 +169,25 @@ class CpuWorker : public Napi::AsyncWorker {
   }
   Napi::Promise Promise() { return deferred_.Promise(); }
   std::function<fa_status()> run;
+
+  // Runs the call here when `work` is small (the Promise is settled before this returns; `this` is
+  // deleted), else queues it on a libuv worker (which deletes it when done).
+  static Napi::Promise Start(CpuWorker* w, double work) {
+    Napi::Promise promise = w->Promise();
+    if (work <= kInlineWork && InlineAllowed()) {
+      const fa_status s = w->run();
+      if (s != FA_OK) {
+        const std::string msg = fa_last_error();
+        w->deferred_.Reject(Napi::Error::New(w->Env(), msg.empty() ? fa_status_name(s) : msg).Value());
+      } else {
+        w->deferred_.Resolve(w->Env().Undefined());
+      }
+      delete w;
+      return promise;
+    }
+    w->Queue();
+    return promise;
+  }
 
  protected:
   void Execute() override {
@@ -349,9 +380,15 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
     delete w;
     throw;
   }
-  Napi::Promise promise = w->Promise();
-  w->Queue();
-  return promise;
+  // Work estimate: multiply-adds of S and P V over every (query row, key) pair the shape allows
+  // (2.5x that for the backward), or the elements appendKV writes.
+  const double H = c.I(FA_F_heads), D = c.I(FA_F_head_dim);
+  const bool rows_packed = c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged;
+  const double rows = rows_packed ? c.I(FA_F_total_q) : double(c.I(FA_F_batch)) * c.I(FA_F_seqlen_q);
+  double work = 2.0 * rows * c.I(FA_F_seqlen_k) * H * D;
+  if (op == FA_OP_backward) work *= 2.5;
+  if (op == FA_OP_append_kv) work = double(c.I(FA_F_total_k)) * c.I(FA_F_heads_k) * D;
+  return CpuWorker::Start(w, work);
 }
 
 #ifdef FA_WITH_CUDA
@@ -833,9 +870,7 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
       p.lses = reinterpret_cast<const float* const*>(ptrs->data() + n);
       return fa_merge_cpu(&p);
     };
-    Napi::Promise promise = w->Promise();
-    w->Queue();
-    return promise;
+    return CpuWorker::Start(w, double(n) * double(rows) * p.head_dim);
   }
 #ifdef FA_WITH_CUDA
   DeviceContext* ctx = DeviceContext::Get(env, device);

@@ -1,5 +1,5 @@
 // Every API call returns a Promise and the work runs off the JS thread: timers and immediates keep
-// firing while a CPU attention runs. No timing thresholds on the attention itself: the checks count
+// firing while a CPU attention runs (calls of a few microseconds of work run on the calling thread). No timing thresholds on the attention itself: the checks count
 // event-loop callbacks that ran before the Promise settled. Also: concurrent calls, inputs disposed
 // while a call is in flight, and the shape of buildInfo() / devices().
 import { readFileSync } from 'node:fs';
@@ -181,6 +181,53 @@ describe('concurrent CPU calls', () => {
       disposeAll(r.out, r.lse);
     }
     disposeAll(q.tensor, k.tensor, v.tensor);
+  });
+});
+
+describe('small CPU calls run on the calling thread', () => {
+  // A call of at most ~1M multiply-adds skips the hand-off to a libuv worker (about 30 us there and
+  // back): it is done before its Promise is returned, so awaiting it takes no turn of the event loop.
+  // FA_CPU_INLINE=0 (read per call) sends every call to a worker; both give the same bits.
+  it('a decode-sized call settles before the next macrotask and matches the worker path bit for bit', async () => {
+    const rng = new Rng(5151);
+    const q = randomTensor(rng, [2, 1, 8, 64], 'float16');
+    const k = randomTensor(rng, [2, 100, 2, 64], 'float16');
+    const v = randomTensor(rng, [2, 100, 2, 64], 'float16');
+    const dout = randomTensor(rng, [2, 1, 8, 64], 'float16');
+    const saved = process.env.FA_CPU_INLINE;
+    try {
+      const run = async () => {
+        let ticked = false;
+        setImmediate(() => { ticked = true; });
+        const f = await flashAttention(q.tensor, k.tensor, v.tensor, { causal: true });
+        const g = await flashAttentionBackward(dout.tensor, q.tensor, k.tensor, v.tensor, f.out, f.lse, { causal: true });
+        const settled = ticked;
+        const bits = await Promise.all([f.out, f.lse, g.dq, g.dk, g.dv].map(async (t) => Array.from(new Uint8Array((await t.toTypedArray()).buffer))));
+        disposeAll(f.out, f.lse, g.dq, g.dk, g.dv);
+        return { ticked: settled, bits };
+      };
+      delete process.env.FA_CPU_INLINE;
+      const inline = await run();
+      process.env.FA_CPU_INLINE = '0';
+      const worker = await run();
+      expect(inline.ticked, 'the inline calls took a turn of the event loop').toBe(false);
+      expect(worker.ticked, 'the worker calls did not leave the JS thread').toBe(true);
+      inline.bits.forEach((b, i) => expect(b, `output ${i}`).toEqual(worker.bits[i]));
+      const ref = refForward(q.values, k.values, v.values, { B: 2, Nq: 1, Nk: 100, H: 8, Hkv: 2, D: 64, causal: true, scale: defaultScale(64), layout: 'bshd' });
+      const again = await flashAttention(q.tensor, k.tensor, v.tensor, { causal: true });
+      const out = await toF64(again.out);
+      let e = 0, w = 0;
+      for (let i = 0; i < out.length; i++) {
+        e += (out[i] - ref.out[i]) ** 2;
+        w += ref.out[i] ** 2;
+      }
+      expect(Math.sqrt(e / w)).toBeLessThan(2e-3);
+      disposeAll(again.out, again.lse);
+    } finally {
+      if (saved === undefined) delete process.env.FA_CPU_INLINE;
+      else process.env.FA_CPU_INLINE = saved;
+      disposeAll(q.tensor, k.tensor, v.tensor, dout.tensor);
+    }
   });
 });
 
