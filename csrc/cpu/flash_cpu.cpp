@@ -792,12 +792,13 @@ fa_status need(const char* fn, const void* ptr, const char* name) {
   return fail(FA_ERR_INVALID, std::string(fn) + ": " + name + " must not be null");
 }
 
-// Workspace memory. Buffers of 64 KiB and more come from a small process-wide cache of freed ones
-// (sizes rounded up to a power of two, at most kCacheBytes kept), so that back-to-back calls reuse
-// pages that are already mapped: a fresh large allocation is mapped anew by malloc, and its first
-// touch costs a page fault per 4 KiB, which on a virtual machine can take longer than the
-// arithmetic (a 32 MiB backward workspace: about half the call). Calls on several threads at once
-// each take their own buffers; the cache only holds those not in use.
+// Workspace memory. Buffers of 64 KiB to 64 MiB come from a small process-wide cache of freed ones
+// (sizes rounded up to a power of two, at most kCacheBytes kept in all), so that back-to-back
+// calls reuse pages that are already mapped: a fresh large allocation is mapped anew by malloc,
+// and its first touch costs a page fault per 4 KiB, which on a virtual machine can take longer
+// than the arithmetic (a 32 MiB backward workspace: about half the call). Calls on several threads
+// at once each take their own buffers; the cache only holds those not in use. Larger buffers are
+// allocated and freed as they are.
 class BufferCache {
  public:
   static constexpr size_t kMinBytes = size_t(64) << 10;
@@ -823,10 +824,9 @@ class BufferCache {
     return ::operator new(bytes, std::align_val_t(64), std::nothrow);
   }
   void give(void* p, size_t bytes) {
-    {
+    if (bytes <= kCacheBytes) {
       std::lock_guard<std::mutex> lock(mu_);
-      // Make room by dropping the smallest cached buffers first; a buffer larger than the whole
-      // cache is not kept.
+      // Make room by dropping the smallest cached buffers first.
       while (cached_ + bytes > kCacheBytes && !free_.empty()) {
         size_t j = 0;
         for (size_t i = 1; i < free_.size(); ++i)
@@ -869,8 +869,8 @@ struct FloatBuffer {
     if (n <= 0) n = 16;
     if ((uint64_t)n > (uint64_t)(SIZE_MAX / 2) / sizeof(float)) return;
     bytes = static_cast<size_t>(n) * sizeof(float);
-    if (bytes >= BufferCache::kMinBytes) {
-      bytes = BufferCache::size_class(bytes);
+    if (bytes >= BufferCache::kMinBytes && BufferCache::size_class(bytes) <= BufferCache::kCacheBytes) {
+      bytes = BufferCache::size_class(bytes);  // a size the cache can keep (at most 64 MiB)
       cached = true;
       ptr = static_cast<float*>(buffer_cache().take(bytes));
     } else {
