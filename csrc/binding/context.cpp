@@ -606,7 +606,7 @@ IndexSlot* DeviceContext::TakeIndexSlot(size_t bytes) {
 #ifdef FA_WITH_CUDA
   if (index_mode_ < 0) {
     const char* e = getenv("FA_INDEX_STREAM");
-    index_mode_ = e != nullptr && e[0] == '1' ? 1 : 0;
+    index_mode_ = e != nullptr && e[0] == '0' ? 0 : 1;  // on unless FA_INDEX_STREAM=0
   }
   if (index_mode_ != 1 || bytes > kIndexSlotBytes) return nullptr;
   if (index_slots_.empty()) {

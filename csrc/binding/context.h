@@ -78,7 +78,7 @@ struct DevAlloc {
 };
 
 // A device buffer that one call's host index arrays are copied into on the index stream
-// (FA_INDEX_STREAM=1, off by default until the GPU suite has run with it: DeviceContext::TakeIndexSlot).
+// (the default; FA_INDEX_STREAM=0 turns it off: DeviceContext::TakeIndexSlot).
 struct IndexSlot {
   void* dev = nullptr;
   void* copied = nullptr;  // cudaEvent_t: recorded on the index stream after the copy into dev
@@ -197,13 +197,13 @@ class DeviceContext {
   // (p->recorded) and that event completed.
   void RetirePinnedQueued(Pinned* p);
 
-  // With FA_INDEX_STREAM=1 (off by default until the whole GPU suite has run with it on; the H200
-  // probes of the thirty-fourth session favour it) a call's host index arrays go to one of
-  // kIndexSlots device buffers with a copy on a stream of their own, which the call's stream waits
-  // for (an event) instead of holding the copy in its own order; a slot is reused once the kernels
-  // of the call before that used it are done (its `done` event, waited for on the index stream).
-  // JS thread. nullptr: off, more than kIndexSlotBytes, or the set-up failed (the staged copy on the
-  // stream then, as by default).
+  // By default (FA_INDEX_STREAM=0 turns it off; on since the thirty-sixth session, when the whole
+  // GPU suite passed with it and the H200 probes favoured it again) a call's host index arrays go
+  // to one of kIndexSlots device buffers with a copy on a stream of their own, which the call's
+  // stream waits for (an event) instead of holding the copy in its own order; a slot is reused once
+  // the kernels of the call before that used it are done (its `done` event, waited for on the index
+  // stream). JS thread. nullptr: off, more than kIndexSlotBytes, or the set-up failed (the staged
+  // copy on the call's stream then).
   static constexpr int kIndexSlots = 8;
   // 1 MiB each (8 MiB of device memory, allocated at the first host index array): a page table of
   // 64 sequences x 4000 pages fits.

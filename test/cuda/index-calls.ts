@@ -1,6 +1,6 @@
 // Int32Array index arrays queued many calls deep: the checks shared by index-stream.test.ts
 // (FA_INDEX_STREAM=1: copies on the index stream into a ring of device slots, csrc/binding/context.h
-// TakeIndexSlot) and index-staged.test.ts (FA_INDEX_STREAM=0, today's default: the staged copy on the
+// TakeIndexSlot; the default) and index-staged.test.ts (FA_INDEX_STREAM=0, the opt-out: the staged copy on the
 // call's stream).
 // Many more calls than there are slots are queued behind a long call, with no wait between them and
 // different index arrays each, so that a slot rewritten while an earlier kernel still reads it would

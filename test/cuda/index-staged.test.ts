@@ -1,7 +1,7 @@
 // Int32Array index arrays with FA_INDEX_STREAM=0: one staged host-to-device copy on the call's own
-// stream ahead of its kernels (today's default, and the path of every call whose index arrays
-// outgrow a slot of the index stream; kept under test for when the index stream becomes the
-// default). The checks: test/cuda/index-calls.ts.
+// stream ahead of its kernels (the default until the thirty-sixth session, the opt-out since, and
+// the path of every call whose index arrays outgrow a slot of the index stream). The checks:
+// test/cuda/index-calls.ts.
 // Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
 import { indexArrayTests } from './index-calls';
 
