@@ -11,7 +11,8 @@ const fa = require('../dist/lib/index.js');
 const IT = Number(process.env.PROBE_IT || 9);
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.length >> 1]; };
 
-function uniform(n, seed) {  // deterministic inputs in [-0.5, 0.5)
+/** n deterministic inputs in [-0.5, 0.5) from a 32-bit LCG (also used by cpu-prefill-probe.js). */
+function uniform(n, seed) {
   const a = new Float32Array(n);
   let x = seed >>> 0;
   for (let i = 0; i < n; i++) {
@@ -61,4 +62,5 @@ async function main() {
   for (const [B, N, H, Hkv, dtype] of cells) console.log(await cell(B, N, H, Hkv, dtype));
 }
 
-main().catch((e) => { console.error(e); process.exit(1); });
+module.exports = { uniform };
+if (require.main === module) main().catch((e) => { console.error(e); process.exit(1); });

@@ -7,19 +7,10 @@
 // kernel set.
 'use strict';
 const fa = require('../dist/lib/index.js');
+const { uniform } = require('./cpu-decode-probe.js');
 
 const IT = Number(process.env.PROBE_IT || 5);
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.length >> 1]; };
-
-function uniform(n, seed) {
-  const a = new Float32Array(n);
-  let x = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    a[i] = x / 4294967296 - 0.5;
-  }
-  return a;
-}
 
 async function time(fn) {
   await fn();

@@ -1229,6 +1229,20 @@ typedef int32_t viw __attribute__((vector_size(64)));
 typedef uint32_t vuw __attribute__((vector_size(64)));
 #endif
 
+// 2^f (|f| <= 1/2, the polynomial) times 2^n (added to the exponent field), for V = vf or vw with
+// VU its unsigned lanes.
+template <class V, class VU, class VI>
+static inline __attribute__((always_inline)) V exp2_parts(V f, VI n) {
+  V p = V{} + 1.5376931696664542e-4f;
+  p = p * f + 1.3397817965596914e-3f;
+  p = p * f + 9.618355892598629e-3f;
+  p = p * f + 5.550333857536316e-2f;
+  p = p * f + 2.4022647738456726e-1f;
+  p = p * f + 6.931471824645996e-1f;
+  p = p * f + 1.0f;
+  return (V)((VU)p + ((VU)n << 23));
+}
+
 // 2^x, vectorised. Exact 0 for -inf (and anything below -127), NaN in gives NaN out, inputs
 // above 127 are clamped to 127; relative error ~1e-7 elsewhere, except that results below 2^-126
 // are not accurate (they are tiny non-negative values; they never matter next to a row sum >= 1).
@@ -1250,15 +1264,7 @@ static inline __attribute__((always_inline)) vf vexp2(vf x) {
   n += (vi)(__builtin_convertvector(n, vf) > t);  // -1 where truncation went up: n = floor(t)
   const vf r = __builtin_convertvector(n, vf);
 #endif
-  const vf f = x - r;
-  vf p = vsplat(1.5376931696664542e-4f);
-  p = p * f + 1.3397817965596914e-3f;
-  p = p * f + 9.618355892598629e-3f;
-  p = p * f + 5.550333857536316e-2f;
-  p = p * f + 2.4022647738456726e-1f;
-  p = p * f + 6.931471824645996e-1f;
-  p = p * f + 1.0f;
-  return (vf)((vu)p + ((vu)n << 23));
+  return exp2_parts<vf, vu>(x - r, n);
 }
 
 #if FA_KAVX512
@@ -1267,15 +1273,7 @@ static inline __attribute__((always_inline)) vw vexp2(vw x) {
   x = _mm512_min_ps(_mm512_set1_ps(127.f), _mm512_max_ps(_mm512_set1_ps(-127.f), x));
   const vw r = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const viw n = (viw)_mm512_cvtps_epi32(r);
-  const vw f = x - r;
-  vw p = vw{} + 1.5376931696664542e-4f;
-  p = p * f + 1.3397817965596914e-3f;
-  p = p * f + 9.618355892598629e-3f;
-  p = p * f + 5.550333857536316e-2f;
-  p = p * f + 2.4022647738456726e-1f;
-  p = p * f + 6.931471824645996e-1f;
-  p = p * f + 1.0f;
-  return (vw)((vuw)p + ((vuw)n << 23));
+  return exp2_parts<vw, vuw>(x - r, n);
 }
 #endif
 
