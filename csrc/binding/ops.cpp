@@ -111,20 +111,21 @@ Call MakeCall(const Napi::CallbackInfo& info, int first) {
 struct Sizes {
   size_t q = 0, kv = 0, lse = 0, cu = 0, seq = 0, table = 0, cache = 0, rot = 0;
 };
+// Packed (varlen) and paged calls hold q / k as [total, heads, D]; dense ones as [B, N, heads, D].
+bool PackedRows(const Call& c, int op) { return c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged; }
+// Query rows (per head) of a call.
+size_t QueryRows(const Call& c, int op) {
+  return PackedRows(c, op) ? size_t(c.I(FA_F_total_q)) : size_t(c.I(FA_F_batch)) * c.I(FA_F_seqlen_q);
+}
+
 Sizes SizesOf(const Call& c, int op) {
   Sizes s;
   const size_t es = ElemSize(c.I(FA_F_dtype));
   const size_t B = c.I(FA_F_batch), H = c.I(FA_F_heads), Hkv = c.I(FA_F_heads_k), D = c.I(FA_F_head_dim);
-  const bool packed = c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged;
-  if (packed) {
-    s.q = size_t(c.I(FA_F_total_q)) * H * D * es;
-    s.kv = size_t(c.I(FA_F_total_k)) * Hkv * D * es;
-    s.lse = H * size_t(c.I(FA_F_total_q)) * 4;
-  } else {
-    s.q = B * c.I(FA_F_seqlen_q) * H * D * es;
-    s.kv = B * c.I(FA_F_seqlen_k) * Hkv * D * es;
-    s.lse = B * H * c.I(FA_F_seqlen_q) * 4;
-  }
+  const size_t key_rows = PackedRows(c, op) ? size_t(c.I(FA_F_total_k)) : B * c.I(FA_F_seqlen_k);
+  s.q = QueryRows(c, op) * H * D * es;
+  s.kv = key_rows * Hkv * D * es;
+  s.lse = H * QueryRows(c, op) * 4;
   s.cu = (B + 1) * 4;
   s.seq = B * 4;
   s.table = B * size_t(c.I(FA_F_max_pages)) * 4;
@@ -170,18 +171,22 @@ class CpuWorker : public Napi::AsyncWorker {
   Napi::Promise Promise() { return deferred_.Promise(); }
   std::function<fa_status()> run;
 
+  // Runs the call; "" on success, else the core's message (or the status name).
+  std::string RunCore() {
+    const fa_status s = run();
+    if (s == FA_OK) return std::string();
+    const std::string msg = fa_last_error();
+    return msg.empty() ? fa_status_name(s) : msg;
+  }
+
   // Runs the call here when `work` is small (the Promise is settled before this returns; `this` is
   // deleted), else queues it on a libuv worker (which deletes it when done).
   static Napi::Promise Start(CpuWorker* w, double work) {
     Napi::Promise promise = w->Promise();
     if (work <= kInlineWork && InlineAllowed()) {
-      const fa_status s = w->run();
-      if (s != FA_OK) {
-        const std::string msg = fa_last_error();
-        w->deferred_.Reject(Napi::Error::New(w->Env(), msg.empty() ? fa_status_name(s) : msg).Value());
-      } else {
-        w->deferred_.Resolve(w->Env().Undefined());
-      }
+      const std::string err = w->RunCore();
+      if (err.empty()) w->deferred_.Resolve(w->Env().Undefined());
+      else w->deferred_.Reject(Napi::Error::New(w->Env(), err).Value());
       delete w;
       return promise;
     }
@@ -191,11 +196,8 @@ class CpuWorker : public Napi::AsyncWorker {
 
  protected:
   void Execute() override {
-    fa_status s = run();
-    if (s != FA_OK) {
-      std::string msg = fa_last_error();
-      SetError(msg.empty() ? fa_status_name(s) : msg);
-    }
+    const std::string err = RunCore();
+    if (!err.empty()) SetError(err);
   }
   void OnOK() override { deferred_.Resolve(Env().Undefined()); }
   void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
@@ -383,8 +385,7 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
   // Work estimate: multiply-adds of S and P V over every (query row, key) pair the shape allows
   // (2.5x that for the backward), or the elements appendKV writes.
   const double H = c.I(FA_F_heads), D = c.I(FA_F_head_dim);
-  const bool rows_packed = c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged;
-  const double rows = rows_packed ? c.I(FA_F_total_q) : double(c.I(FA_F_batch)) * c.I(FA_F_seqlen_q);
+  const double rows = double(QueryRows(c, op));
   double work = 2.0 * rows * c.I(FA_F_seqlen_k) * H * D;
   if (op == FA_OP_backward) work *= 2.5;
   if (op == FA_OP_append_kv) work = double(c.I(FA_F_total_k)) * c.I(FA_F_heads_k) * D;

@@ -1620,11 +1620,7 @@ static inline __attribute__((always_inline)) void hsums(const V* a, float* out) 
     for (int i = 0; i < N; ++i) out[i] = t[i];
   }
 #else
-  for (int i = 0; i < N; ++i) {
-    float x = 0.f;
-    for (int l = 0; l < (int)(sizeof(V) / sizeof(float)); ++l) x += a[i][l];
-    out[i] = x;
-  }
+  for (int i = 0; i < N; ++i) out[i] = hsum(a[i]);  // V is vf in the sets without AVX2
 #endif
 }
 
