@@ -27,6 +27,9 @@ def sdpa_cell(backend, direction, dtype, D, N, causal):
                 with torch.no_grad():
                     F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             else:
+                # fresh gradients each call, as our backward returns new dq / dk / dv: gradients
+                # left on q / k / v would add an accumulation kernel per input to every call
+                q.grad = k.grad = v.grad = None
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 o.backward(do)
 

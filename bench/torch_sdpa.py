@@ -107,6 +107,8 @@ def run_case(c, warmup, reps, api_ms):
                         (r["fwd_ms_sus"], r["fwd_ms_sus_early"]), r["fwd_win_sus"] = windowed(lambda: sustained_ms(fwd, api_ms))
                 if "bwd" in c["dirs"]:
                     def fwd_bwd():
+                        # fresh gradients each call (see bench/sdpa_cell.py): no accumulation kernels
+                        q.grad = k.grad = v.grad = None
                         o = F.scaled_dot_product_attention(q, k, v, **kw)
                         o.backward(do)
                     fb, w = windowed(lambda: median_ms(fwd_bwd, warmup, reps))

@@ -28,13 +28,16 @@ for line in open(sys.argv[2]):
     if not line.startswith("{"):
         continue
     r = json.loads(line)
-    w0, w1 = r["win"]
-    s = [(c, p) for t, i, c, p in log if i == gpu and w0 + 300 <= t <= w1]
+    if "wins" in r:  # scripts/turns-probe.js: the rounds' windows of one side, each taken whole
+        s = [(c, p) for t, i, c, p in log if i == gpu and any(w0 <= t <= w1 for w0, w1 in r["wins"])]
+    else:
+        w0, w1 = r["win"]
+        s = [(c, p) for t, i, c, p in log if i == gpu and w0 + 300 <= t <= w1]
     if not s:
         print(f"| {r['impl']} | {r['dir']} | no samples |")
         continue
     clk = statistics.median(c for c, _ in s)
     pw = statistics.median(p for _, p in s)
     cell = f"{r['dtype']} D{r['D']} {'causal' if r['causal'] else 'full'} N{r['N']}"
-    print(f"| {r['impl']} | {r['dir']} | {cell} | {r['tflops']:.1f} | {r['ms']:.3f} | {clk:.0f} ({min(c for c, _ in s):.0f}-{max(c for c, _ in s):.0f}) "
+    print(f"| {r['impl']} | {r['dir']} | {cell} | {r.get('tflops', float('nan')):.1f} | {r['ms']:.3f} | {clk:.0f} ({min(c for c, _ in s):.0f}-{max(c for c, _ in s):.0f}) "
           f"| {pw:.0f} | {r['ms'] * clk / 1000:.3f} |")

@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|index-stream|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|index-stream|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|turns|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -296,6 +296,19 @@ for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/
       kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null
       cp /tmp/clock-smi.log /tmp/clock-runs.jsonl "$OUT/" 2>/dev/null
       python3 scripts/clock-summary.py /tmp/clock-smi.log /tmp/clock-runs.jsonl | tee "$OUT/clock.md" ;;
+    turns)
+      # Issue 12: ours and cuDNN on the grid's cells with their rounds in turns (scripts/turns-probe.js;
+      # TURNS_CELLS / TURNS_DIRS / TURNS_MS / TURNS_ROUNDS), the SM clock and power logged every 50 ms
+      # and summed up per side over its rounds' windows.
+      stdbuf -oL nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 2>/dev/null \
+        | python3 -u -c "import sys,time
+for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/turns-smi.log &
+      smi=$!
+      TURNS_JSONL=/tmp/turns.jsonl timeout ${TURNS_TIMEOUT:-420} node scripts/turns-probe.js > "$OUT/turns.log" 2>&1 || rc=1
+      kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null
+      cp /tmp/turns-smi.log /tmp/turns.jsonl "$OUT/" 2>/dev/null
+      python3 scripts/clock-summary.py /tmp/turns-smi.log /tmp/turns.jsonl > "$OUT/turns-clock.md" 2>&1
+      grep -E "cells;|Error|error" "$OUT/turns.log" | head; echo "turns done $(el)" ;;
     cudnn-prof)
       # Issue 12: ncu on ours and on cuDNN's SDPA kernels for the same cells (PROF_CELLS
       # "dir:dtype:D:N:causal ..."): launch configuration, registers, shared memory, duration and
