@@ -2,12 +2,15 @@
 bench/prof_sdpa.py: the grid's shape (B * N = 16384, H = 2048 / D, 16 for D > 128), random
 [B, H, N, D] inputs on the GPU and a call that runs the forward (no grad) or forward + backward
 under one SDPA backend."""
+import os
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+KEEP_GRAD = os.environ.get("SDPA_KEEP_GRAD") == "1"
 
 
 def grid_shape(D, N):
@@ -29,7 +32,10 @@ def sdpa_cell(backend, direction, dtype, D, N, causal):
             else:
                 # fresh gradients each call, as our backward returns new dq / dk / dv: gradients
                 # left on q / k / v would add an accumulation kernel per input to every call
-                q.grad = k.grad = v.grad = None
+                # (SDPA_KEEP_GRAD=1: accumulate, the protocol before the thirty-seventh session, for
+                # comparisons)
+                if not KEEP_GRAD:
+                    q.grad = k.grad = v.grad = None
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 o.backward(do)
 
