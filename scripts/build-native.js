@@ -19,6 +19,8 @@
 //   FA_WS_QREG      default 1: the D <= 128 warp-specialised forward holds Q in registers (kQReg); 0 for comparisons
 //   FA_WS_SKIP_IDLE_WG default 1: in the dense / packed / paged warp-specialised forward a warpgroup whose rows all
 //                   lie past the sequence's end walks the tile without products (kSkipIdle); 0 for comparisons
+//   FA_BWD_WS_STAGED_DKDV 1: development build whose warp-specialised backward (key split) writes dK / dV through
+//                   shared memory with 16-byte stores (until measured)
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -43,6 +45,7 @@ const settings = {
   FA_WS_LPT: /^(1|on|true|yes)$/i.test(opt('FA_WS_LPT', '')) ? 'ON' : 'OFF',
   FA_WS_QREG: /^(0|off|false|no)$/i.test(opt('FA_WS_QREG', '')) ? 'OFF' : 'ON',
   FA_WS_SKIP_IDLE_WG: /^(0|off|false|no)$/i.test(opt('FA_WS_SKIP_IDLE_WG', '')) ? 'OFF' : 'ON',
+  FA_BWD_WS_STAGED_DKDV: /^(1|on|true|yes)$/i.test(opt('FA_BWD_WS_STAGED_DKDV', '')) ? 'ON' : 'OFF',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

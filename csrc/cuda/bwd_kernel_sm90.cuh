@@ -105,6 +105,48 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& a, const floa
   }
 }
 
+// The same epilogue through shared memory (FA_BWD_WS_STAGED_DKDV builds; the warp-specialised key
+// split only): one warp's 16 keys wkey.. (relative to key0) x NC columns of dK (times scale) and dV,
+// packed to 16 bits into its own regions sk / sv of 16 rows x 2 NC bytes (16-byte chunks XOR-swizzled
+// by key % 8, so that the 8 keys of one store instruction hit distinct banks), then written with
+// 16-byte global stores of whole row chunks. In place of sm90_bwd_store_dkdv's 4-byte stores (at
+// W 128, 64 per thread, each warp instruction half of 8 sectors); NOTES-bwd.md, thirty-seventh
+// session. head_dim % 8 == 0 and 16-byte aligned rows on CUDA (bwd_api.cu checks), so a chunk is
+// all in or all out.
+template <typename T, int NC>
+__device__ __forceinline__ void sm90_bwd_store_dkdv_staged(const BwdArgs& a, const float (&dk)[NC / 2],
+                                                           const float (&dv)[NC / 2], int b, int hk, int key0, int nk,
+                                                           int wkey, unsigned char* sk, unsigned char* sv, int lane) {
+  constexpr int kRowBytes = NC * 2, kChunks = NC / 8;
+  const int g = lane >> 2, t = lane & 3;
+  const float sc = a.scale;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = g + 8 * hr;  // r % 8 == g
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+      const int off = r * kRowBytes + ((j ^ g) << 4) + t * 4;
+      *reinterpret_cast<uint32_t*>(sk + off) = pack2<T>(dk[4 * j + 2 * hr] * sc, dk[4 * j + 2 * hr + 1] * sc);
+      *reinterpret_cast<uint32_t*>(sv + off) = pack2<T>(dv[4 * j + 2 * hr], dv[4 * j + 2 * hr + 1]);
+    }
+  }
+  __syncwarp();
+  const int64_t kr = bwd_seq(a, b).k_row0 + key0 + wkey;
+  char* const gdk = static_cast<char*>(a.dk) + 2 * (b * a.dk_batch + hk * a.dk_head + kr * a.dk_row);
+  char* const gdv = static_cast<char*>(a.dv) + 2 * (b * a.dv_batch + hk * a.dv_head + kr * a.dv_row);
+  const int keys = nk - key0 - wkey;  // this warp's keys inside the sequence (may be <= 0)
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = idx / kChunks, c = idx % kChunks;
+    if (r < keys && c * 8 < a.head_dim) {
+      const int src = r * kRowBytes + ((c ^ (r & 7)) << 4);
+      *reinterpret_cast<uint4*>(gdk + (r * a.dk_row + c * 8) * 2) = *reinterpret_cast<const uint4*>(sk + src);
+      *reinterpret_cast<uint4*>(gdv + (r * a.dv_row + c * 8) * 2) = *reinterpret_cast<const uint4*>(sv + src);
+    }
+  }
+}
+
 // P^T and dS^T of one warpgroup's S^T / dP^T accumulators (m64nNS, [key][row]), in place: s
 // becomes P^T, dp becomes dS^T; dS^T (and P^T when kStoreP) also go to shared memory as [key][row]
 // rows of 64 query rows (128 bytes, the 128-byte swizzle), where the dQ product (and, row split, the

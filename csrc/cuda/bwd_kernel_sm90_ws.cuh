@@ -33,6 +33,12 @@
 #include <type_traits>
 #include "cuda/bwd_kernel_sm90.cuh"
 
+#ifndef FA_BWD_WS_STAGED_DKDV
+// CMake option FA_BWD_WS_STAGED_DKDV (development, OFF until measured): the key split's dK / dV
+// epilogue through shared memory with 16-byte stores (sm90_bwd_store_dkdv_staged)
+#define FA_BWD_WS_STAGED_DKDV 0
+#endif
+
 namespace fa {
 namespace cuda {
 
@@ -526,7 +532,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     else walk_overlapped();
 
     // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
+#if FA_BWD_WS_STAGED_DKDV
+    // (through K's and V's tiles, free once both warpgroups are past their last product: the dQ
+    // product reads every key of K; each walk ends with its wgmmas waited for. Warp (cw, wq)'s keys
+    // are rows 64 cw + 16 wq.. of the [key][2 W bytes] images, which fill the tiles exactly.)
+    sm90::wgmma_wait<0>();
+    sm90::named_bar_sync(1, 256);
+    {
+      const int wkey = wkey0 + wq * 16;
+      sm90_bwd_store_dkdv_staged<T, W>(a, dk, dv, b, hk, key0, Nk, wkey, smem + Tr::kOffK + wkey * (2 * W),
+                                       smem + Tr::kOffV + wkey * (2 * W), lane);
+    }
+#else
     sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
+#endif
   }
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
