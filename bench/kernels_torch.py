@@ -7,19 +7,14 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from sdpa_cell import sdpa_cell
+from sdpa_cell import cell_from_argv
 
-be, d, dtype, D, N, cz = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
-calls = int(sys.argv[7]) if len(sys.argv) > 7 else 3
-call = sdpa_cell(be, d, dtype, D, N, cz)
-for _ in range(5):
-    call()
-torch.cuda.synchronize()
+call, name, calls = cell_from_argv(sys.argv, 3)
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
     for _ in range(calls):
         call()
     torch.cuda.synchronize()
-print(f"{be} {d} {dtype} D{D} N{N} causal={int(cz)}: kernels of {calls} calls (us per call)")
+print(f"{name}: kernels of {calls} calls (us per call)")
 total = 0.0
 for e in prof.key_averages():
     us = e.device_time_total / calls if hasattr(e, "device_time_total") else e.cuda_time_total / calls

@@ -6,17 +6,12 @@ import sys
 
 import torch
 
-from sdpa_cell import sdpa_cell
+from sdpa_cell import cell_from_argv
 
-be, d, dtype, D, N, cz = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
-reps = int(sys.argv[7]) if len(sys.argv) > 7 else 2
-call = sdpa_cell(be, d, dtype, D, N, cz)
-for _ in range(3):
-    call()
-torch.cuda.synchronize()
+call, name, reps = cell_from_argv(sys.argv, 2)
 torch.cuda.nvtx.range_push("prof")
 for _ in range(reps):
     call()
 torch.cuda.synchronize()
 torch.cuda.nvtx.range_pop()
-print(f"{be} {d} {dtype} D{D} N{N} causal={int(cz)} x{reps}: ok")
+print(f"{name} x{reps}: ok")

@@ -40,3 +40,15 @@ def sdpa_cell(backend, direction, dtype, D, N, causal):
                 o.backward(do)
 
     return call
+
+
+def cell_from_argv(argv, default_reps):
+    """The cell of a script's command line `backend fwd|bwd dtype D N causal(0|1) [reps]`, warmed up
+    (three calls, synchronized): (call, a line naming it, reps)."""
+    be, d, dtype, D, N, cz = argv[1], argv[2], argv[3], int(argv[4]), int(argv[5]), argv[6] == "1"
+    reps = int(argv[7]) if len(argv) > 7 else default_reps
+    call = sdpa_cell(be, d, dtype, D, N, cz)
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    return call, f"{be} {d} {dtype} D{D} N{N} causal={int(cz)}", reps

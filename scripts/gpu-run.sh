@@ -33,6 +33,15 @@ ab_sides() {
     sides="$sides b$n"; echo "b$n = $f${spec:+ with ${side_env[b$n]}}"
   done
 }
+# nvidia-smi's SM clock and power every $2 ms into $1, each line prefixed with ms since the epoch
+# (in the background until smi_stop; scripts/clock-summary.py reads it).
+smi_log() {
+  stdbuf -oL nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader,nounits -lms "$2" 2>/dev/null \
+    | python3 -u -c "import sys,time
+for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > "$1" &
+  smi=$!
+}
+smi_stop() { kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null; }
 steps=${*:-tests sanitize start doctor bench}
 rc=0
 for s in $steps; do
@@ -280,10 +289,7 @@ for s in $steps; do
       # Issue 12: ours and cuDNN on the same cells, back to back for 2.5 s each, with the SM clock and
       # power logged every 100 ms: whether the gap is cycles or clock (power). CLOCK_CELLS
       # "dir:dtype:D:N:causal ...".
-      stdbuf -oL nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 2>/dev/null \
-        | python3 -u -c "import sys,time
-for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/clock-smi.log &
-      smi=$!
+      smi_log /tmp/clock-smi.log 100
       : > /tmp/clock-runs.jsonl
       python3 bench/clock_probe_torch.py gemm float16 0 1024 0 >> /tmp/clock-runs.jsonl 2>>"$OUT/clock.err"
       for cell in ${CLOCK_CELLS:-fwd:float16:128:4096:0 fwd:float16:128:16384:0 fwd:float16:256:2048:0 fwd:float16:64:4096:0 fwd:bfloat16:128:4096:1 bwd:float16:128:4096:0 bwd:float16:256:4096:0}; do
@@ -293,19 +299,16 @@ for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/
         python3 bench/clock_probe_torch.py "$d" "$dt" "$hd" "$n" "$cz" >> /tmp/clock-runs.jsonl 2>>"$OUT/clock.err"
         sleep 0.5
       done
-      kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null
+      smi_stop
       cp /tmp/clock-smi.log /tmp/clock-runs.jsonl "$OUT/" 2>/dev/null
       python3 scripts/clock-summary.py /tmp/clock-smi.log /tmp/clock-runs.jsonl | tee "$OUT/clock.md" ;;
     turns)
       # Issue 12: ours and cuDNN on the grid's cells with their rounds in turns (scripts/turns-probe.js;
       # TURNS_CELLS / TURNS_DIRS / TURNS_MS / TURNS_ROUNDS), the SM clock and power logged every 50 ms
       # and summed up per side over its rounds' windows.
-      stdbuf -oL nvidia-smi --query-gpu=index,clocks.sm,power.draw --format=csv,noheader,nounits -lms 50 2>/dev/null \
-        | python3 -u -c "import sys,time
-for l in sys.stdin: print(int(time.time()*1000), l.strip(), flush=True)" > /tmp/turns-smi.log &
-      smi=$!
+      smi_log /tmp/turns-smi.log 50
       TURNS_JSONL=/tmp/turns.jsonl timeout ${TURNS_TIMEOUT:-420} node scripts/turns-probe.js > "$OUT/turns.log" 2>&1 || rc=1
-      kill $smi 2>/dev/null; pkill -f "nvidia-smi --query-gpu=index,clocks.sm" 2>/dev/null
+      smi_stop
       cp /tmp/turns-smi.log /tmp/turns.jsonl "$OUT/" 2>/dev/null
       python3 scripts/clock-summary.py /tmp/turns-smi.log /tmp/turns.jsonl > "$OUT/turns-clock.md" 2>&1
       grep -E "cells;|Error|error" "$OUT/turns.log" | head; echo "turns done $(el)" ;;
