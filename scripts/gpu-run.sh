@@ -347,14 +347,15 @@ for s in $steps; do
     trace)
       # FA_TRACE=1 addon (TRACE_ADDON: an xz of it): the per-tile and per-step splits of the
       # warp-specialised forward (fwd_launch.cuh, ws_trace_report) on TRACE_CELLS "D:N:causal ..."
-      # (fp16), one process per cell; the tree's addon is put back afterwards.
+      # (fp16), one process per cell; the tree's addon is put back afterwards. TRACE_DIR=bwd: the
+      # warp-specialised backward's block timelines instead (bwd_launch.cuh, bwd_trace_report).
       cp build/Release/flash_attention_node.node /tmp/addon-keep.node
       xz -dc "${TRACE_ADDON:?TRACE_ADDON}" > build/Release/flash_attention_node.node
       for cell in ${TRACE_CELLS:-128:4096:0 128:1024:0 64:4096:0 256:4096:0 64:512:1}; do
         IFS=: read -r hd n cz <<< "$cell"; cs=off; [ "$cz" = 1 ] && cs=on
         echo "-- D$hd N$n causal $cs"
-        FA_WS_TRACE_EVERY=${TRACE_EVERY:-20} timeout 60 node dist/bench/cli.js --dir fwd --dtype fp16 --hdim $hd --seqlen $n \
-          --causal $cs --api-ms 20 --reps 30 --out /tmp/tr 2>&1 | grep -E "fa ws (step )?trace" | tail -6
+        FA_WS_TRACE_EVERY=${TRACE_EVERY:-20} timeout 60 node dist/bench/cli.js --dir ${TRACE_DIR:-fwd} --dtype fp16 --hdim $hd --seqlen $n \
+          --causal $cs --api-ms 20 --reps 30 --out /tmp/tr 2>&1 | grep -E "fa (ws (step )?|bwd )trace" | tail -6
       done | tee "$OUT/trace.log"
       cp /tmp/addon-keep.node build/Release/flash_attention_node.node ;;
     doctor) node bin/flash-attention-node.js doctor 2>&1 | tee "$OUT/doctor.log" | tail -15 ;;

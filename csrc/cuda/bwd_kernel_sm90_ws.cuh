@@ -42,6 +42,30 @@
 namespace fa {
 namespace cuda {
 
+// FA_WS_TRACE builds (FA_TRACE=1 npm run build:native; development only): a timeline of each of the
+// launch's first kBwdTraceCtas blocks, in global-timer nanoseconds: the block's entry (thread 0), K /
+// V landed, the walk done and the dK / dV epilogue issued (the first consumer thread), the dQ
+// writer's last reduction done (its thread), and the block's SM and walk length, so that a tile's
+// fixed cost splits into its fill, its epilogue, the writer's tail and the gap before the next block
+// on the same SM (bwd_launch.cuh, bwd_trace_report).
+#ifdef FA_WS_TRACE
+constexpr int kBwdTraceCtas = 8192, kBwdTraceFields = 7;
+static __device__ unsigned long long g_bwd_trace[kBwdTraceCtas][kBwdTraceFields];  // one per translation unit
+__device__ __forceinline__ unsigned long long bwd_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
+#define FA_BWD_MARK(field, value)                                                   \
+  do {                                                                              \
+    if (blockIdx.x < kBwdTraceCtas) g_bwd_trace[blockIdx.x][(field)] = (value);     \
+  } while (0)
+#else
+#define FA_BWD_MARK(field, value) \
+  do {                            \
+  } while (0)
+#endif
+
 // One warp's m64nN dQ accumulator tile (its 16 rows x N columns) stored to shared memory at dst in
 // the workspace's fragment order (DqLayout perm, vec 4: the order of the cp.async kernel's 16-byte
 // reductions), so that a bulk reduce-add of the whole tile lands every value in place.
@@ -163,6 +187,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // (W 128 in turns, m64n128 over the 128 keys: 0.87-0.94x, the one dQ product per block as long as
   // the rest of a warpgroup's block; NOTES-bwd.md.)
   const BwdArgs& a = ta.a;
+#ifdef FA_WS_TRACE
+  if (threadIdx.x == 0) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    FA_BWD_MARK(0, bwd_now());
+    FA_BWD_MARK(5, smid);
+  }
+#endif
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -195,6 +227,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   bwd_row_blocks<BM, BN>(a, seq, key0, &m_begin, &m_end);
   const int n_m = max(0, m_end - m_begin);
   const int total = n_m * a.group;  // blocks i: (query head of the group, row block), head-major
+  if (threadIdx.x == 0) FA_BWD_MARK(6, static_cast<unsigned long long>(total));
   const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
   // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (upwards
   // in deterministic mode too: bwd_det_rank).
@@ -241,6 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
             [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
             [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }
+      FA_BWD_MARK(4, bwd_now());  // the writer's last reduction done
     }
     return;
   }
@@ -528,8 +562,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     };
 
     mbar_wait(bar_kv, 0);
+    if (threadIdx.x == 128) FA_BWD_MARK(1, bwd_now());
     if constexpr (kWalk == 0) walk_plain();
     else walk_overlapped();
+    if (threadIdx.x == 128) FA_BWD_MARK(2, bwd_now());
 
     // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
 #if FA_BWD_WS_STAGED_DKDV
@@ -546,6 +582,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
 #else
     sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
 #endif
+    if (threadIdx.x == 128) FA_BWD_MARK(3, bwd_now());
   }
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere

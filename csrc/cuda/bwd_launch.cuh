@@ -8,6 +8,11 @@
 
 #include <atomic>
 #include <string>
+#ifdef FA_WS_TRACE
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#endif
 
 #include "common/errors.h"
 #include "cuda/api_checks.h"
@@ -174,6 +179,54 @@ fa_status run_bwd_sm90(BwdArgs a, cudaStream_t stream) {
   return FA_OK;
 }
 
+#ifdef FA_WS_TRACE
+// FA_WS_TRACE builds: after every FA_WS_TRACE_EVERY-th launch of an instantiation (default 50; the
+// stream is synchronised there, so that launch is no performance figure), the timeline of its blocks
+// (bwd_kernel_sm90_ws.cuh, g_bwd_trace; the key split's, W 64 / 128), means in microseconds per block:
+// fill (entry -> K / V landed), walk (-> the last row block done) and per row block, the dK / dV
+// epilogue's issue, the dQ writer's tail after it, the whole block, and the gap from a block's last
+// mark to the entry of the next block on the same SM (launch, teardown, stores draining).
+inline void bwd_trace_report(cudaStream_t stream, void* trace, int W, int walk, int64_t blocks) {
+  static unsigned long long h[kBwdTraceCtas][kBwdTraceFields];
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) e = cudaMemcpy(h, trace, sizeof(h), cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    fprintf(stderr, "fa bwd trace: %s\n", cudaGetErrorName(e));
+    (void)cudaGetLastError();
+    return;
+  }
+  const int n = static_cast<int>(std::min<int64_t>(blocks, kBwdTraceCtas));
+  double fill = 0, walk_ns = 0, rows = 0, epi = 0, tail = 0, span = 0, gap = 0;
+  long nb = 0, ng = 0;
+  std::vector<std::vector<int>> by_sm(1024);
+  auto end_of = [&](int c) { return std::max(h[c][3], h[c][4]); };
+  for (int c = 0; c < n; ++c) {
+    const unsigned long long* t = h[c];
+    if (t[0] == 0 || t[1] == 0 || t[2] == 0 || t[3] == 0) continue;  // not reached, or the row split
+    ++nb;
+    fill += double(t[1] - t[0]);
+    walk_ns += double(t[2] - t[1]);
+    rows += double(t[6]);
+    epi += double(t[3] - t[2]);
+    tail += double(end_of(c) - t[3]);
+    span += double(end_of(c) - t[0]);
+    if (t[5] < by_sm.size()) by_sm[t[5]].push_back(c);
+  }
+  for (auto& v : by_sm) {
+    std::sort(v.begin(), v.end(), [&](int x, int y) { return h[x][0] < h[y][0]; });
+    for (size_t i = 1; i < v.size(); ++i, ++ng)
+      gap += double(static_cast<long long>(h[v[i]][0]) - static_cast<long long>(end_of(v[i - 1])));
+  }
+  if (nb == 0) return;
+  const double us = 1e-3 / double(nb);
+  fprintf(stderr,
+          "fa bwd trace: W %d walk %d, %ld of %lld blocks; us per block: fill %.2f, walk %.2f (%.2f row blocks, %.3f each), "
+          "epilogue issue %.2f, dQ writer tail %.2f, block %.2f; gap to the next block on its SM %.2f (%ld gaps)\n",
+          W, walk, nb, static_cast<long long>(blocks), fill * us, walk_ns * us, rows / double(nb), rows > 0 ? walk_ns * 1e-3 / rows : 0.0,
+          epi * us, tail * us, span * us, ng > 0 ? gap * 1e-3 / double(ng) : 0.0, ng);
+}
+#endif
+
 // The warp-specialised Hopper main kernel (dense, atomic dQ; bwd_api.cu decides and encodes the maps).
 template <typename T, int W>
 fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
@@ -198,9 +251,21 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   const fa_status st = walk == 1 ? bwd_smem_optin<Tr, 5>(kp, Tr::kSmemBytes) : bwd_smem_optin<Tr, 4>(kp, Tr::kSmemBytes);
   if (st != FA_OK) return st;
   (void)cudaGetLastError();
+#ifdef FA_WS_TRACE
+  static void* trace = [] {
+    void* p = nullptr;
+    return cudaGetSymbolAddress(&p, g_bwd_trace) == cudaSuccess ? p : nullptr;
+  }();
+  static std::atomic<int> launches{0};
+  static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
+  if (trace != nullptr) (void)cudaMemsetAsync(trace, 0, sizeof(g_bwd_trace), stream);
+#endif
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd sm90 launch (warp-specialised)");
+#ifdef FA_WS_TRACE
+  if (trace != nullptr && ++launches % every == 0) bwd_trace_report(stream, trace, W, walk, blocks);
+#endif
   return FA_OK;
 }
 
