@@ -51,11 +51,6 @@ namespace cuda {
 #ifdef FA_WS_TRACE
 constexpr int kBwdTraceCtas = 8192, kBwdTraceFields = 7;
 static __device__ unsigned long long g_bwd_trace[kBwdTraceCtas][kBwdTraceFields];  // one per translation unit
-__device__ __forceinline__ unsigned long long bwd_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
-  return t;
-}
 #define FA_BWD_MARK(field, value)                                                   \
   do {                                                                              \
     if (blockIdx.x < kBwdTraceCtas) g_bwd_trace[blockIdx.x][(field)] = (value);     \
@@ -189,10 +184,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const BwdArgs& a = ta.a;
 #ifdef FA_WS_TRACE
   if (threadIdx.x == 0) {
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-    FA_BWD_MARK(0, bwd_now());
-    FA_BWD_MARK(5, smid);
+    FA_BWD_MARK(0, trace_now_ns());
+    FA_BWD_MARK(5, trace_smid());
   }
 #endif
 
@@ -274,7 +267,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
             [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
             [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }
-      FA_BWD_MARK(4, bwd_now());  // the writer's last reduction done
+      FA_BWD_MARK(4, trace_now_ns());  // the writer's last reduction done
     }
     return;
   }
@@ -562,10 +555,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     };
 
     mbar_wait(bar_kv, 0);
-    if (threadIdx.x == 128) FA_BWD_MARK(1, bwd_now());
+    if (threadIdx.x == 128) FA_BWD_MARK(1, trace_now_ns());
     if constexpr (kWalk == 0) walk_plain();
     else walk_overlapped();
-    if (threadIdx.x == 128) FA_BWD_MARK(2, bwd_now());
+    if (threadIdx.x == 128) FA_BWD_MARK(2, trace_now_ns());
 
     // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
 #if FA_BWD_WS_STAGED_DKDV
@@ -582,7 +575,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
 #else
     sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
 #endif
-    if (threadIdx.x == 128) FA_BWD_MARK(3, bwd_now());
+    if (threadIdx.x == 128) FA_BWD_MARK(3, trace_now_ns());
   }
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere

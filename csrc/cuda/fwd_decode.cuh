@@ -36,11 +36,6 @@ namespace cuda {
 #ifdef FA_WS_TRACE
 constexpr int kDecTraceBlocks = 8192, kDecTraceFields = 8;
 static __device__ unsigned long long g_dec_trace[2][kDecTraceBlocks][kDecTraceFields];  // one per translation unit
-__device__ __forceinline__ unsigned long long dec_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
-  return t;
-}
 #define FA_DEC_MARK(field, value)                                                                      \
   do {                                                                                                 \
     const unsigned fa_blk = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);            \
@@ -316,7 +311,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   // neighbouring blocks at about the same time instead of once per head at different times.
   const int hk = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
 #ifdef FA_WS_TRACE
-  FA_DEC_MARK(0, dec_now());
+  FA_DEC_MARK(0, trace_now_ns());
   for (int f = 1; f < kDecTraceFields; ++f) FA_DEC_MARK(f, 0ull);
 #endif
 
@@ -335,7 +330,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   // More queries than the caller's maxSeqlenQ: no partial rows for them (never write past them).
   if (seq.nq <= 0 || seq.nq * group > a.decode_rows || (d.num_splits > 1 && seq.nq > d.rows_per_seq)) {
     pdl_wait();
-    FA_DEC_MARK(6, dec_now());
+    FA_DEC_MARK(6, trace_now_ns());
     return;
   }
   const int rows = seq.nq * group;  // packed rows in use
@@ -544,7 +539,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     if (d.early_kv) first_tiles();
     pdl_wait();
     pdl_launch_dependents();
-    FA_DEC_MARK(1, dec_now());
+    FA_DEC_MARK(1, trace_now_ns());
     if (!d.early_kv) first_tiles();
 #pragma unroll
     for (int j = 1; j < 8; ++j)
@@ -552,7 +547,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   } else {
     pdl_wait();
     pdl_launch_dependents();
-    FA_DEC_MARK(1, dec_now());
+    FA_DEC_MARK(1, trace_now_ns());
 #pragma unroll
     for (int j = 0; j < kS - 1; ++j) {
       if (j < my_count) {
@@ -586,7 +581,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     else cp_async_wait<kS - 2>();
     __syncwarp();
 #ifdef FA_WS_TRACE
-    if (j == 0) FA_DEC_MARK(2, dec_now());
+    if (j == 0) FA_DEC_MARK(2, trace_now_ns());
 #endif
     {
       if constexpr (kTma) {
@@ -681,9 +676,9 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     if (++sc == ns) sc = 0, ph ^= 1u;
   }
   if constexpr (!kUseBulk) cp_async_wait<0>();  // (bulk: every filled stage was waited on)
-  FA_DEC_MARK(3, dec_now());
+  FA_DEC_MARK(3, trace_now_ns());
   __syncthreads();  // every warp is done with its ring: the shared memory now holds the merge
-  FA_DEC_MARK(4, dec_now());
+  FA_DEC_MARK(4, trace_now_ns());
 
   // The staged split combine (split_combine): the ring's bytes past the merge area, free now.
   const int stage_off = decode_stage_off<Tr>(rows);
@@ -760,16 +755,14 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
   }
 #ifdef FA_WS_TRACE
   {
-    unsigned smid;
-    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-    FA_DEC_MARK(5, dec_now());
-    FA_DEC_MARK(7, (static_cast<unsigned long long>(max(t_end - t_begin, 0)) << 32) | smid);
+    FA_DEC_MARK(5, trace_now_ns());
+    FA_DEC_MARK(7, (static_cast<unsigned long long>(max(t_end - t_begin, 0)) << 32) | trace_smid());
   }
 #endif
   if (d.num_splits > 1)
     split_combine<Tr, kLoader == kDecodeTmaTiles ? 8 : Tr::kHeadDim <= 64 ? 16 : kDecodeMaxSplits, kTma>(d, seq, hk, b, rows, tid, smem,
                                                                                                            staged, split);
-  FA_DEC_MARK(6, dec_now());
+  FA_DEC_MARK(6, trace_now_ns());
   }
 }
 

@@ -280,5 +280,17 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Development traces (FA_WS_TRACE builds): the global timer in nanoseconds, and this block's SM.
+__device__ __forceinline__ unsigned long long trace_now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ unsigned trace_smid() {
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+  return smid;
+}
+
 }  // namespace cuda
 }  // namespace fa
