@@ -77,9 +77,11 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
     static const int overlap = env_flag("FA_BWD_WS_OVERLAP", -1);
     ta.overlap = overlap;
     // Persistent grid (FA_BWD_WS_PERSISTENT=1; development until measured): one block per SM draws
-    // the tiles (bwd_kernel_sm90_ws.cuh); never in deterministic mode.
+    // the tiles (bwd_kernel_sm90_ws.cuh); never in deterministic mode. FA_BWD_WS_CTAS=n launches n
+    // blocks instead (tests: small shapes then run many tiles per block).
     static const int persistent = env_flag("FA_BWD_WS_PERSISTENT", 0);
-    ta.ctas = persistent && a.dq_sem == nullptr ? sm_count() : 0;
+    static const int ctas = env_int("FA_BWD_WS_CTAS", 0);
+    ta.ctas = persistent && a.dq_sem == nullptr ? (ctas > 0 ? ctas : sm_count()) : 0;
     ta.tile_counter = nullptr;
     ta.tiles = 0;
     constexpr int kRows = Sm90BwdWsTraits<T, W>::kBlockM, kKeys = Sm90BwdWsTraits<T, W>::kBlockN;
