@@ -670,6 +670,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90_bwd_store_dkdv_staged<T, W>(a, dk, dv, tl.b, tl.hk, key0, Nk, wkey, smem + Tr::kOffK + wkey * (2 * W),
                                          smem + Tr::kOffV + wkey * (2 * W), lane);
       }
+      sm90::fence_proxy_async_smem();  // the images' generic-proxy accesses before the next K / V copies
       if (dynamic) release(bar_kve);
 #else
       if (dynamic) release(bar_kve);  // K and V read for the last time (each walk ends with its products waited for)
