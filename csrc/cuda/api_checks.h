@@ -190,10 +190,5 @@ fa_status smem_optin(Kernel kernel, int bytes, const char* what, int width, std:
   return FA_OK;
 }
 
-// Multiprocessors of the current device (cached per device; fwd_api.cu).
-int sm_count();
-// Per-stream device counters that kernels leave at zero (fwd_api.cu says which kinds there are).
-fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out);
-
 }  // namespace cuda
 }  // namespace fa

@@ -76,14 +76,6 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
     ta.a = a;
     static const int overlap = env_flag("FA_BWD_WS_OVERLAP", -1);
     ta.overlap = overlap;
-    // Persistent grid (FA_BWD_WS_PERSISTENT=1; development until measured): one block per SM draws
-    // the tiles (bwd_kernel_sm90_ws.cuh); never in deterministic mode. FA_BWD_WS_CTAS=n launches n
-    // blocks instead (tests: small shapes then run many tiles per block).
-    static const int persistent = env_flag("FA_BWD_WS_PERSISTENT", 0);
-    static const int ctas = env_int("FA_BWD_WS_CTAS", 0);
-    ta.ctas = persistent && a.dq_sem == nullptr ? (ctas > 0 ? ctas : sm_count()) : 0;
-    ta.tile_counter = nullptr;
-    ta.tiles = 0;
     constexpr int kRows = Sm90BwdWsTraits<T, W>::kBlockM, kKeys = Sm90BwdWsTraits<T, W>::kBlockN;
     if (!encode_rows_map(a.q, a.head_dim, a.seqlen_q, a.heads, a.batch, a.q_row, a.q_head, a.q_batch, kRows, &ta.tq) ||
         !encode_rows_map(a.dout, a.head_dim, a.seqlen_q, a.heads, a.batch, a.do_row, a.do_head, a.do_batch, kRows,
@@ -91,13 +83,6 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
         !encode_rows_map(a.k, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.k_row, a.k_head, a.k_batch, kKeys, &ta.tk) ||
         !encode_rows_map(a.v, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.v_row, a.v_head, a.v_batch, kKeys, &ta.tv))
       return false;
-    if (ta.ctas > 0) {
-      const fa_status cs = stream_counters(s, 2, 2, &ta.tile_counter);
-      if (cs != FA_OK) {
-        *st = cs;
-        return true;
-      }
-    }
     *st = run_bwd_sm90_ws<T, W>(ta, s);
     return true;
   }

@@ -127,9 +127,6 @@ struct BwdTmaArgs {
   CUtensorMap tq, tdo, tk, tv;
   BwdArgs a;
   int overlap;  // the walk where there is no score modifier: -1 by tile width, 0 plain, 1 overlapped (FA_BWD_WS_OVERLAP)
-  int tiles;          // key blocks x kv heads x batch (the tiles bwd_block_of orders)
-  int ctas;           // persistent grid: blocks launched, fewer than the tiles (0: one block per tile)
-  int* tile_counter;  // persistent grid: {next tile - ctas, blocks done}, zero between launches
 };
 
 // Defined once per (element type, tile width) in csrc/generated/: run_bwd_atomic in

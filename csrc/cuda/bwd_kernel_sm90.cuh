@@ -33,20 +33,17 @@ namespace cuda {
 // (causal calls, not deterministic): key-block-major inside sections of G pairs (sized by the host
 // so that the rows those tiles stream fit in L2), so that the longest tiles (key block 0 sees every
 // row) of all the section's pairs run first and the grid ends on short ones.
-// Tile idx of tiles (one block per tile: blockIdx.x of gridDim.x; a persistent grid's drawn index).
-__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool det, int idx, int tiles, int* n_block, int* bh) {
+__device__ __forceinline__ void bwd_block_of(const BwdArgs& a, bool det, int* n_block, int* bh) {
   const unsigned n_nb = static_cast<unsigned>(a.num_n_blocks);
 #if FA_WS_LPT
   if (!det && a.lpt_groups > 0) {
-    lpt_tile(idx, a.lpt_groups, static_cast<int>(n_nb), tiles / static_cast<int>(n_nb), n_block, bh);
+    lpt_tile(static_cast<int>(blockIdx.x), a.lpt_groups, static_cast<int>(n_nb), static_cast<int>(gridDim.x / n_nb), n_block, bh);
     return;
   }
-#else
-  (void)tiles;
 #endif
-  const int j = static_cast<int>(static_cast<unsigned>(idx) % n_nb);
+  const int j = static_cast<int>(blockIdx.x % n_nb);
   *n_block = det ? static_cast<int>(n_nb) - 1 - j : j;
-  *bh = static_cast<int>(static_cast<unsigned>(idx) / n_nb);
+  *bh = static_cast<int>(blockIdx.x / n_nb);
 }
 
 // Row blocks [*m_begin, *m_end) of bm rows hold the rows that see any key of the key block at key0.
@@ -302,7 +299,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // the default's time against 1.02-1.15x adjacent, D 128 1.06-1.37x against 1.00-1.07x, D 256
   // 1.37-1.58x against 1.06-1.38x; under a causal mask the grid ended on the longest key blocks).
   int n_block, bh;
-  bwd_block_of(a, a.dq_sem != nullptr, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), &n_block, &bh);
+  bwd_block_of(a, a.dq_sem != nullptr, &n_block, &bh);
   const int hk = bh % a.heads_k;
   const int b = bh / a.heads_k;
   const SeqInfo seq = bwd_seq(a, b);

@@ -43,7 +43,7 @@ namespace fa {
 namespace cuda {
 
 // FA_WS_TRACE builds (FA_TRACE=1 npm run build:native; development only): a timeline of each of the
-// launch's first kBwdTraceCtas tiles, in global-timer nanoseconds: the tile's start (the producer), K /
+// launch's first kBwdTraceCtas blocks, in global-timer nanoseconds: the block's entry (thread 0), K /
 // V landed, the walk done and the dK / dV epilogue issued (the first consumer thread), the dQ
 // writer's last reduction done (its thread), and the block's SM and walk length, so that a tile's
 // fixed cost splits into its fill, its epilogue, the writer's tail and the gap before the next block
@@ -51,13 +51,13 @@ namespace cuda {
 #ifdef FA_WS_TRACE
 constexpr int kBwdTraceCtas = 8192, kBwdTraceFields = 7;
 static __device__ unsigned long long g_bwd_trace[kBwdTraceCtas][kBwdTraceFields];  // one per translation unit
-#define FA_BWD_MARK(tile, field, value)                                         \
-  do {                                                                          \
-    if ((tile) < kBwdTraceCtas) g_bwd_trace[(tile)][(field)] = (value);         \
+#define FA_BWD_MARK(field, value)                                                   \
+  do {                                                                              \
+    if (blockIdx.x < kBwdTraceCtas) g_bwd_trace[blockIdx.x][(field)] = (value);     \
   } while (0)
 #else
-#define FA_BWD_MARK(tile, field, value) \
-  do {                                  \
+#define FA_BWD_MARK(field, value) \
+  do {                            \
   } while (0)
 #endif
 
@@ -94,27 +94,26 @@ __device__ __forceinline__ void bwd_ws_store_dst(uint32_t sdst, const uint32_t (
   }
 }
 
-// Producer warp 0, one thread, one tile: K_j and V_j once, then per block it of the walk Q_i and
-// dO_i as tensor-map copies and the lse2 / dsum slices as bulk copies into stage gi % S of the ring
-// (gi = g0 + it: the ring runs on across a persistent block's tiles); fill gi waits for the release
-// of fill gi - S on the stage's "empty" mbarrier. Block it is query head hk * group + it / n_m, row
-// block m_begin + it % n_m. A persistent block's later tiles (bar_kve != 0) load K and V once the
-// consumers are done with the previous tile's (its K / V empty phase kve_parity), after the tile's
-// first S fills, which the previous tile's last releases free earlier.
+// Producer warp 0, one thread: K_j and V_j once, then per block it of the walk Q_i and dO_i as
+// tensor-map copies and the lse2 / dsum slices as bulk copies into stage it % S of the ring; fill
+// it waits for the release of fill it - S on the stage's "empty" mbarrier. Block it is query head
+// hk * group + it / n_m, row block m_begin + it % n_m.
 template <class Tr>
-__device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base, uint32_t kve_wait, int key0, int hk,
-                                            int b, int total, int m_begin, int m_end, int g0) {
-  // (The producer runs on kProducerRegs registers: the block's row block and query head advance by
-  // steps instead of being divided out of the block index, and K / V's coordinates are dead after
-  // their load.)
+__device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base, float* sL, float* sD, uint32_t bar_kv,
+                                            uint32_t bar_qf, uint32_t bar_qe, int key0, int hk, int b, int total, int n_m,
+                                            int m_begin, int64_t ws_b) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kCB = Tr::kColBlocks, S = Tr::kStages;
   const BwdArgs& a = ta.a;
-  const uint32_t bar_kv = base + Tr::kOffBar, bar_qf = bar_kv + 8, bar_qe = bar_qf + 8 * S;
-  int hq = hk * a.group, mm = m_begin;
-  auto fill = [&](int gi) {
-    const int st = gi % S;
-    if (gi >= S) mbar_wait(bar_qe + 8 * st, ((gi / S) - 1) & 1);
-    const int row0 = mm * BM;
+  mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileKV);
+#pragma unroll
+  for (int cb = 0; cb < kCB; ++cb) {
+    tma_load_4d(base + Tr::kOffK + cb * BN * 128, &ta.tk, cb * 64, key0, hk, b, bar_kv);
+    tma_load_4d(base + Tr::kOffV + cb * BN * 128, &ta.tv, cb * 64, key0, hk, b, bar_kv);
+  }
+  for (int it = 0; it < total; ++it) {
+    const int st = it % S;
+    if (it >= S) mbar_wait(bar_qe + 8 * st, ((it / S) - 1) & 1);
+    const int hq = hk * a.group + it / n_m, row0 = (m_begin + it % n_m) * BM;
     const uint32_t full = bar_qf + 8 * st;
     mbar_arrive_expect_tx(full, 2 * Tr::kTileQ + 2 * BM * 4);
 #pragma unroll
@@ -122,45 +121,27 @@ __device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base,
       tma_load_4d(base + Tr::kOffQ + st * Tr::kTileQ + cb * BM * 128, &ta.tq, cb * 64, row0, hq, b, full);
       tma_load_4d(base + Tr::kOffDo + st * Tr::kTileQ + cb * BM * 128, &ta.tdo, cb * 64, row0, hq, b, full);
     }
-    const int64_t roff = b * a.ws_batch + hq * a.ws_head + row0;
-    bulk_g2s(base + Tr::kOffL + st * BM * 4, a.lse2 + roff, BM * 4, full);
-    bulk_g2s(base + Tr::kOffD + st * BM * 4, a.dsum + roff, BM * 4, full);
-    if (++mm == m_end) mm = m_begin, ++hq;
-  };
-  const int end = g0 + total;
-  int gi = g0;
-  if (kve_wait != 0) {  // fills ahead of K / V, then K / V once the previous tile's consumers are done with them
-#pragma unroll 1
-    for (; gi < min(end, g0 + S); ++gi) fill(gi);
-    mbar_wait(base + Tr::kOffBarKve, kve_wait - 1);
+    const int64_t roff = ws_b + hq * a.ws_head + row0;
+    bulk_g2s(smem_u32(sL + st * BM), a.lse2 + roff, BM * 4, full);
+    bulk_g2s(smem_u32(sD + st * BM), a.dsum + roff, BM * 4, full);
   }
-  mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileKV);
-#pragma unroll
-  for (int cb = 0; cb < kCB; ++cb) {
-    tma_load_4d(base + Tr::kOffK + cb * BN * 128, &ta.tk, cb * 64, key0, hk, b, bar_kv);
-    tma_load_4d(base + Tr::kOffV + cb * BN * 128, &ta.tv, cb * 64, key0, hk, b, bar_kv);
-  }
-#pragma unroll 1
-  for (; gi < end; ++gi) fill(gi);
 }
 
-// Producer warp 1, one thread: the dQ writer, one tile. Per block it (gi = g0 + it across a
-// persistent block's tiles), once the consumers have put their dQ shares (fp32, fragment order) into
-// shared memory and arrived on dQ barrier gi % 2, `issue(dst, gi)` adds them into the workspace rows
-// at dst with bulk reduce-adds; once the copy engine has read them (deterministic mode: once the adds
-// are done in global memory), `done(gi)` hands the memory back. Deterministic mode: the adds into a row block wait for this key block's turn
+// Producer warp 1, one thread: the dQ writer. Per block it, once the consumers have put their dQ
+// shares (fp32, fragment order) into shared memory and arrived on dQ barrier it % 2, `issue(dst, it)`
+// adds them into the workspace rows at dst with bulk reduce-adds; once the copy engine has read
+// them (deterministic mode: once the adds are done in global memory), `done(it)` hands the
+// memory back. Deterministic mode: the adds into a row block wait for this key block's turn
 // (bwd_det_rank) and complete before the next key block's turn is released, so the sums run in
 // key-block order; the consumers, one buffer ahead, do not wait.
 template <class Tr, class Issue, class Done>
 __device__ __forceinline__ void bwd_ws_write_dq(const BwdArgs& a, const SeqInfo& seq, bool det, int n_block, int total,
-                                                int n_m, int m_begin, int hk, int64_t ws_b, uint32_t bar_dqf, int g0,
+                                                int n_m, int m_begin, int hk, int64_t ws_b, uint32_t bar_dqf,
                                                 Issue&& issue, Done&& done) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN;
-#pragma unroll 1
   for (int it = 0; it < total; ++it) {
-    const int gi = g0 + it;
-    const int d = gi & 1;
-    mbar_wait(bar_dqf + 8 * d, (gi >> 1) & 1);
+    const int d = it & 1;
+    mbar_wait(bar_dqf + 8 * d, (it >> 1) & 1);
     const int mm = m_begin + it % n_m;
     const int64_t wrow = ws_b + (hk * a.group + it / n_m) * a.ws_head + mm * BM;
     int* sem = nullptr;
@@ -172,7 +153,7 @@ __device__ __forceinline__ void bwd_ws_write_dq(const BwdArgs& a, const SeqInfo&
       while (ld_acquire_gpu(sem) != rank) __nanosleep(32);
       fence_proxy_async_global();  // the reduction after the acquire
     }
-    issue(a.dq_acc + wrow * Tr::kHeadDim, gi);
+    issue(a.dq_acc + wrow * Tr::kHeadDim, it);
     bulk_commit_group();
     if (det) {
       bulk_wait_group<0, false>();  // the adds done in global memory
@@ -181,8 +162,9 @@ __device__ __forceinline__ void bwd_ws_write_dq(const BwdArgs& a, const SeqInfo&
     } else {
       bulk_wait_group<0, true>();
     }
-    done(gi);
+    done(it);
   }
+  bulk_wait_group<0, false>();
 }
 
 template <class Tr, int kWalk>
@@ -200,6 +182,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // (W 128 in turns, m64n128 over the 128 keys: 0.87-0.94x, the one dQ product per block as long as
   // the rest of a warpgroup's block; NOTES-bwd.md.)
   const BwdArgs& a = ta.a;
+#ifdef FA_WS_TRACE
+  if (threadIdx.x == 0) {
+    FA_BWD_MARK(0, trace_now_ns());
+    FA_BWD_MARK(5, trace_smid());
+  }
+#endif
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -213,61 +201,30 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const uint32_t bar_kv = base + Tr::kOffBar;
   const uint32_t bar_qf = bar_kv + 8, bar_qe = bar_qf + 8 * S;
   const uint32_t bar_dqf = bar_qe + 8 * S, bar_dqe = bar_dqf + 16;  // two each (dQ buffers)
-  const uint32_t bar_tf = bar_dqe + 16, bar_te = bar_tf + 16, bar_kve = base + Tr::kOffBarKve;  // persistent grid
-  static_assert(Tr::kOffBarKve == Tr::kOffBar + 8 * (1 + 2 * S + 8), "the barriers' order");
-  int* const s_tile = reinterpret_cast<int*>(smem + Tr::kOffTile);
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int wg = warp >> 2;
-  // Tiles in the cp.async kernel's order (bwd_block_of): the key blocks of a head next to each
-  // other, from the last down in deterministic mode.
+  // Block order as the cp.async kernel's: the key blocks of a head next to each other, from the last
+  // down in deterministic mode (bwd_kernel_sm90.cuh).
   const bool det = a.dq_sem != nullptr;
-  // Persistent grid (ta.ctas > 0: fewer blocks than tiles, never in deterministic mode, whose
-  // ordered sums need every earlier tile running): block i starts with tile i, then its producer
-  // draws the next tile from a counter in global memory once it has issued the current tile's
-  // loads, and publishes it in tile slot k % 2 (k: the block's tiles so far) on that slot's full
-  // barrier; the consumer warps and the dQ writer read it there and hand the slot back; -1 ends the
-  // loop. K and V have one buffer: a later tile's K / V load waits for the consumers' release of the
-  // previous tile's (K / V empty), while its first Q / dO fills and the previous tile's dK / dV
-  // stores run. The Q / dO ring, the dQ buffers and the dS^T buffers run on across tiles (gi:
-  // blocks so far). One block per tile (ta.ctas = 0): each role runs its block's tile once.
-  const bool dynamic = ta.ctas > 0;
-  struct Tile {
-    int n_block, hk, b, key0, m_begin, n_m, total;
-    int64_t ws_b;
-    SeqInfo seq;
-  };
-  auto tile_of = [&](int v) {
-    Tile t;
-    int bh, m_end;
-    bwd_block_of(a, det, v, ta.tiles, &t.n_block, &bh);
-    t.hk = bh % a.heads_k;
-    t.b = bh / a.heads_k;
-    t.seq = SeqInfo{a.seqlen_q, a.seqlen_k, 0, 0};  // dense calls only (bwd_seq's, without its loads)
-    t.key0 = t.n_block * BN;
-    bwd_row_blocks<BM, BN>(a, t.seq, t.key0, &t.m_begin, &m_end);
-    t.n_m = max(0, m_end - t.m_begin);
-    t.total = t.n_m * a.group;  // blocks i: (query head of the group, row block), head-major
-    t.ws_b = static_cast<int64_t>(t.b) * a.ws_batch;  // bwd_ws_base of a dense call
-    return t;
-  };
-  // The k-th tile of this block for a consumer warp (all lanes; lane 0 hands the slot back) or the
-  // dQ writer (one thread).
-  auto take = [&](int k, bool warp) {
-    if (!dynamic) return k == 0 ? static_cast<int>(blockIdx.x) : -1;
-    const int sl = k & 1;
-    mbar_wait(bar_tf + 8 * sl, (k >> 1) & 1);
-    const int v = *reinterpret_cast<volatile int*>(s_tile + sl);
-    if (warp) __syncwarp();
-    if (!warp || lane == 0) mbar_arrive(bar_te + 8 * sl);
-    return v;
-  };
-  Tile tl{};  // the consumers' current tile
+  int n_block, bh;
+  bwd_block_of(a, det, &n_block, &bh);
+  const int hk = bh % a.heads_k;
+  const int b = bh / a.heads_k;
+  const SeqInfo seq = bwd_seq(a, b);
+  const int Nq = seq.nq, Nk = seq.nk;
+  const int key0 = n_block * BN;
+  int m_begin, m_end;
+  bwd_row_blocks<BM, BN>(a, seq, key0, &m_begin, &m_end);
+  const int n_m = max(0, m_end - m_begin);
+  const int total = n_m * a.group;  // blocks i: (query head of the group, row block), head-major
+  if (threadIdx.x == 0) FA_BWD_MARK(6, static_cast<unsigned long long>(total));
+  const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
   // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (upwards
   // in deterministic mode too: bwd_det_rank).
-  auto row0_of = [&](int it) { return (tl.m_begin + it % tl.n_m) * BM; };
+  auto row0_of = [&](int it) { return (m_begin + it % n_m) * BM; };
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
@@ -278,10 +235,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     for (int d = 0; d < 2; ++d) {
       mbar_init(bar_dqf + 8 * d, kTurnDq ? 4 : 8);  // the consumer warps that write an image
       mbar_init(bar_dqe + 8 * d, 1);
-      mbar_init(bar_tf + 8 * d, 1);
-      mbar_init(bar_te + 8 * d, 9);  // the consumer warps and the dQ writer
     }
-    mbar_init(bar_kve, 8);
     mbar_fence_init();
   }
   __syncthreads();
@@ -289,65 +243,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   if (wg == 0) {
     sm90::setmaxnreg_dec<Tr::kProducerRegs>();
     if (tid == 0) {
-      int idx = blockIdx.x, gi = 0;
-#pragma unroll 1
-      for (int k = 0;; ++k) {
-        const bool done = idx >= ta.tiles || (k > 0 && !dynamic);
-        if (dynamic) {
-          const int sl = k & 1;
-          if (k >= 2) mbar_wait(bar_te + 8 * sl, ((k >> 1) - 1) & 1);
-          *reinterpret_cast<volatile int*>(s_tile + sl) = done ? -1 : idx;
-          mbar_arrive(bar_tf + 8 * sl);
-        }
-        if (done) break;
-        FA_BWD_MARK(idx, 0, trace_now_ns());
-        FA_BWD_MARK(idx, 5, trace_smid());
-        const Tile w = tile_of(idx);
-        FA_BWD_MARK(idx, 6, static_cast<unsigned long long>(w.total));
-        bwd_ws_load<Tr>(ta, base, k > 0 ? 1u + ((k - 1) & 1) : 0u, w.key0, w.hk, w.b, w.total, w.m_begin,
-                        w.m_begin + w.n_m, gi);
-        gi += w.total;
-        // The next tile, drawn once this one's fills are issued (the last of them wait for the
-        // consumers' releases, so the draw comes about S blocks before this tile's end).
-        if (dynamic) idx = ta.ctas + atomicAdd(ta.tile_counter, 1);
-      }
-      // The last block to finish drawing leaves the counters at zero for the next launch.
-      if (dynamic && atomicAdd(ta.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-        atomicExch(ta.tile_counter, 0);
-        atomicExch(ta.tile_counter + 1, 0);
-      }
+      bwd_ws_load<Tr>(ta, base, sL, sD, bar_kv, bar_qf, bar_qe, key0, hk, b, total, n_m, m_begin, ws_b);
     } else if (tid == 32) {
-      int gi = 0;
-      for (int k = 0;; ++k) {
-        const int v = take(k, false);
-        if (v < 0) break;
-        const Tile w = tile_of(v);
-        if constexpr (Tr::kRowSplit) {
-          // dQ writer: block it's image, 16 warp tiles of 16 rows x 64 columns (4 KiB, in the
-          // workspace's fragment order), from the Q / dO tiles of stage it % 2 (the row split's
-          // consumers below), then the stage goes back to the producer.
-          bwd_ws_write_dq<Tr>(
-              a, w.seq, det, w.n_block, w.total, w.n_m, w.m_begin, w.hk, w.ws_b, bar_dqf, gi,
-              [&](float* dst, int gb) {
-                const uint32_t stage = (gb & 1) * Tr::kTileQ;
+      if constexpr (Tr::kRowSplit) {
+        // dQ writer: block it's image, 16 warp tiles of 16 rows x 64 columns (4 KiB, in the
+        // workspace's fragment order), from the Q / dO tiles of stage it % 2 (the row split's
+        // consumers below), then the stage goes back to the producer.
+        bwd_ws_write_dq<Tr>(
+            a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
+            [&](float* dst, int it) {
+              const uint32_t stage = (it & 1) * Tr::kTileQ;
 #pragma unroll
-                for (int tile = 0; tile < 16; ++tile) {  // tile = 4 wq + 2 cw + c
-                  const uint32_t src = ((tile & 1) ? sdO : sQ) + stage + (tile & 2) * (Tr::kTileQ / 4) + (tile >> 2) * 4096;
-                  bulk_reduce_add_f32(dst + tile * 1024, src, 4096);
-                }
-              },
-              [&](int gb) { mbar_arrive(bar_qe + 8 * (gb & 1)); });
-        } else {
-          // dQ writer: the image of block gi from buffer gi % 2, handed back on its empty barrier.
-          bwd_ws_write_dq<Tr>(
-              a, w.seq, det, w.n_block, w.total, w.n_m, w.m_begin, w.hk, w.ws_b, bar_dqf, gi,
-              [&](float* dst, int gb) { bulk_reduce_add_f32(dst, sDq + (gb & 1) * Tr::kTileDq, Tr::kTileDq); },
-              [&](int gb) { mbar_arrive(bar_dqe + 8 * (gb & 1)); });
-        }
-        gi += w.total;
-        FA_BWD_MARK(v, 4, trace_now_ns());  // the writer's last reduction of the tile read
+              for (int tile = 0; tile < 16; ++tile) {  // tile = 4 wq + 2 cw + c
+                const uint32_t src = ((tile & 1) ? sdO : sQ) + stage + (tile & 2) * (Tr::kTileQ / 4) + (tile >> 2) * 4096;
+                bulk_reduce_add_f32(dst + tile * 1024, src, 4096);
+              }
+            },
+            [&](int it) { mbar_arrive(bar_qe + 8 * (it & 1)); });
+      } else {
+        // dQ writer: the image of block it from buffer it % 2, handed back on its empty barrier.
+        bwd_ws_write_dq<Tr>(
+            a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
+            [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
+            [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }
-      bulk_wait_group<0, false>();
+      FA_BWD_MARK(4, trace_now_ns());  // the writer's last reduction done
     }
     return;
   }
@@ -360,10 +280,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   const int g = lane >> 2, t = lane & 3;
   constexpr uint32_t kMnStep = 2048 >> 4;
   constexpr uint32_t kStage = Tr::kTileQ >> 4;
-  auto release = [&](uint32_t bar) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar);
-  };
   if constexpr (Tr::kRowSplit) {
     // Row split (W 256): warpgroup cw owns rows [NS cw, NS cw + NS) of S^T / dP^T (all 64 keys) and
     // columns [NC cw, NC cw + NC) of dK / dV / dQ; warp wq of it the keys 16 wq.. of S^T and the
@@ -392,75 +308,68 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     const sm90::SmemDesc ddSt_a = sm90::smem_desc_w(sdS + Tr::kTileP, 16, 1024);    // A of dK
     const sm90::SmemDesc ddSt_mn = sm90::smem_desc_w(sdS + Tr::kTileP, BN * 128, 1024);  // A of dQ (MN-major)
 
-    int gi = 0;
-    for (int k = 0;; ++k) {
-      const int v = take(k, true);
-      if (v < 0) break;
-      tl = tile_of(v);
-      const int Nq = tl.seq.nq, Nk = tl.seq.nk, key0 = tl.key0;
-      float dv[NC / 2], dk[NC / 2];
+    float dv[NC / 2], dk[NC / 2];
 #pragma unroll
-      for (int i = 0; i < NC / 2; ++i) dv[i] = dk[i] = 0.f;
+    for (int i = 0; i < NC / 2; ++i) dv[i] = dk[i] = 0.f;
 
-      mbar_wait(bar_kv, k & 1);
-      for (int it = 0; it < tl.total; ++it, ++gi) {
-        const int st = gi & 1;
-        const uint32_t buf = st * kBuf;
-        const int row0 = row0_of(it);
-        mbar_wait(bar_qf + 8 * st, (gi >> 1) & 1);
-        float s[NS / 8][4], dp[NS / 8][4];
+    mbar_wait(bar_kv, 0);
+    for (int it = 0; it < total; ++it) {
+      const int st = it & 1;
+      const uint32_t buf = st * kBuf;
+      const int row0 = row0_of(it);
+      mbar_wait(bar_qf + 8 * st, (it >> 1) & 1);
+      float s[NS / 8][4], dp[NS / 8][4];
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, NS>::ss(&s[0][0], dK_a + sm90::kstep(ks, BN), dQ_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
+#pragma unroll
+      for (int ks = 0; ks < W / 16; ++ks)
+        sm90::Wgmma<T, NS>::ss(&dp[0][0], dV_a + sm90::kstep(ks, BN), ddO_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::reg_fence<NS / 2>(&s[0][0]);
+      sm90::reg_fence<NS / 2>(&dp[0][0]);
+      sm90_bwd_pds<T, NS, true>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + buf + Tr::kTileP,
+                                smem + Tr::kOffDs + buf, Nq, Nk, key0, BN, row0, BM, wq * 16 + g, wrow0 + 2 * t);
+      sm90::fence_proxy_async_smem();  // P^T, dS^T for both warpgroups' products
+      sm90::named_bar_sync(1, 256);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + (buf >> 4) + sm90::kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + sm90::kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
+      sm90::wgmma_commit();
+#pragma unroll
+      for (int c = 0; c < NC / QC; ++c) {
+        const int colq = cw * NC + c * QC;  // first dQ column of this chunk
+        float dq[QC / 2];
+        // The chunk's accumulators may sit in the registers the previous chunk's shared-memory
+        // stores still read: the fence orders those reads before the wgmmas write them.
         sm90::wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < W / 16; ++ks)
-          sm90::Wgmma<T, NS>::ss(&s[0][0], dK_a + sm90::kstep(ks, BN), dQ_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
-#pragma unroll
-        for (int ks = 0; ks < W / 16; ++ks)
-          sm90::Wgmma<T, NS>::ss(&dp[0][0], dV_a + sm90::kstep(ks, BN), ddO_b + st * kStage + sm90::kstep(ks, BM), ks > 0);
+        for (int kk = 0; kk < BN / 16; ++kk)
+          sm90::Wgmma<T, QC>::template ss<1, 1>(
+              dq, ddSt_mn + (buf >> 4) + kk * kMnStep,
+              dK_mn + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4) + kk * kMnStep, kk > 0);
         sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
-        sm90::reg_fence<NS / 2>(&s[0][0]);
-        sm90::reg_fence<NS / 2>(&dp[0][0]);
-        sm90_bwd_pds<T, NS, true>(a, s, dp, sL + st * BM, sD + st * BM, smem + Tr::kOffDs + buf + Tr::kTileP,
-                                  smem + Tr::kOffDs + buf, Nq, Nk, key0, BN, row0, BM, wq * 16 + g, wrow0 + 2 * t);
-        sm90::fence_proxy_async_smem();  // P^T, dS^T for both warpgroups' products
-        sm90::named_bar_sync(1, 256);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk)
-          sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + (buf >> 4) + sm90::kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
-#pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk)
-          sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + sm90::kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
-        sm90::wgmma_commit();
-#pragma unroll
-        for (int c = 0; c < NC / QC; ++c) {
-          const int colq = cw * NC + c * QC;  // first dQ column of this chunk
-          float dq[QC / 2];
-          // The chunk's accumulators may sit in the registers the previous chunk's shared-memory
-          // stores still read: the fence orders those reads before the wgmmas write them.
-          sm90::wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk)
-            sm90::Wgmma<T, QC>::template ss<1, 1>(
-                dq, ddSt_mn + (buf >> 4) + kk * kMnStep,
-                dK_mn + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4) + kk * kMnStep, kk > 0);
-          sm90::wgmma_commit();
-          sm90::wgmma_wait<0>();  // (chunk 0: also dV / dK, the last readers of this warpgroup's columns)
-          sm90::reg_fence<QC / 2>(dq);
-          // Warp wq's 16 x QC tile, in its warpgroup's columns of the stage's Q (c = 0) or dO tile.
-          bwd_ws_stage_dq<QC>(reinterpret_cast<float*>(smem + (c ? Tr::kOffDo : Tr::kOffQ) + st * Tr::kTileQ +
-                                                       cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4)),
-                              dq, lane);
-        }
-        sm90::reg_fence<NC / 2>(dv);
-        sm90::reg_fence<NC / 2>(dk);
-        sm90::fence_proxy_async_smem();  // for the writer's bulk reductions
-        release(bar_dqf + 8 * st);
+        sm90::wgmma_wait<0>();  // (chunk 0: also dV / dK, the last readers of this warpgroup's columns)
+        sm90::reg_fence<QC / 2>(dq);
+        // Warp wq's 16 x QC tile, in its warpgroup's columns of the stage's Q (c = 0) or dO tile.
+        bwd_ws_stage_dq<QC>(reinterpret_cast<float*>(smem + (c ? Tr::kOffDo : Tr::kOffQ) + st * Tr::kTileQ +
+                                                     cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4)),
+                            dq, lane);
       }
-      if (dynamic) release(bar_kve);  // K and V read for the last time (the walk ends with its products waited for)
-      // Epilogue: dK (times scale) and dV, this lane's keys wq*16 + g (+8), columns NC cw + 8j + 2t.
-      sm90_bwd_store_dkdv<T, NC>(a, dk, dv, tl.b, tl.hk, key0, Nk, wq * 16 + g, cw * NC + 2 * t);
+      sm90::reg_fence<NC / 2>(dv);
+      sm90::reg_fence<NC / 2>(dk);
+      sm90::fence_proxy_async_smem();  // for the writer's bulk reductions
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar_dqf + 8 * st);
     }
+    // Epilogue: dK (times scale) and dV, this lane's keys wq*16 + g (+8), columns NC cw + 8j + 2t.
+    sm90_bwd_store_dkdv<T, NC>(a, dk, dv, b, hk, key0, Nk, wq * 16 + g, cw * NC + 2 * t);
   } else {
     // Key split: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
     // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
@@ -479,8 +388,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     float* const sdq_warp = reinterpret_cast<float*>(smem + Tr::kOffDq) + (wq * (W / NQ) + colq / NQ) * (16 * NQ);
 
     float dv[W / 2], dk[W / 2];
-    int Nq = 0, Nk = 0, key0 = 0;  // the current tile's
+#pragma unroll
+    for (int i = 0; i < W / 2; ++i) dv[i] = dk[i] = 0.f;
 
+    auto release = [&](uint32_t bar) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
+    };
     const int key_l = wkey0 + wq * 16 + g, row_l = 2 * t;  // this lane's first key and row
     // Block it's dQ share into buffer it % 2, once the writer has read block it-2's image out of it.
     auto store_dq = [&](const float (&dq)[NQ / 2], int it) {
@@ -580,13 +494,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
 
     // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
     // and dS^T together, dV / dK, dQ.
-    auto walk_plain = [&](int g0) {
-      for (int it = 0; it < tl.total; ++it) {
-        const int gi = g0 + it;
-        const int st = gi % S;
-        const int db = gi & 1;  // dS^T buffer
+    auto walk_plain = [&]() {
+      for (int it = 0; it < total; ++it) {
+        const int st = it % S;
+        const int db = it & 1;  // dS^T buffer
         const int row0 = row0_of(it);
-        mbar_wait(bar_qf + 8 * st, (gi / S) & 1);
+        mbar_wait(bar_qf + 8 * st, (it / S) & 1);
         float s[BM / 8][4], dp[BM / 8][4];
         issue_sdp(false, st, s, dp);
         sm90::wgmma_wait<0>();
@@ -604,7 +517,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         issue_dvdk(pa, dv, ddO_mn + st * kStage);
         issue_dvdk(dsa, dk, dQ_mn + st * kStage);
         sm90::wgmma_commit();
-        finish(gi, st, db, pa, dsa);
+        finish(it, st, db, pa, dsa);
       }
     };
 
@@ -612,13 +525,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // dV += P^T dO is. (Issuing block i+1's S^T / dP^T before block i's dQ goes out leaves wgmmas in
     // flight across the loop's back edge, and ptxas then serialises every wgmma of the kernel: 35%
     // slower; bench/NOTES-bwd.md.)
-    auto walk_overlapped = [&](int g0) {
-      for (int it = 0; it < tl.total; ++it) {
-        const int gi = g0 + it;
-        const int st = gi % S;
-        const int db = gi & 1;
+    auto walk_overlapped = [&]() {
+      for (int it = 0; it < total; ++it) {
+        const int st = it % S;
+        const int db = it & 1;
         const int row0 = row0_of(it);
-        mbar_wait(bar_qf + 8 * st, (gi / S) & 1);
+        mbar_wait(bar_qf + 8 * st, (it / S) & 1);
         float s[BM / 8][4], dp[BM / 8][4];
         uint32_t pa[BM / 16][4], dsa[BM / 16][4];
         issue_sdp(true, st, s, dp);
@@ -638,46 +550,32 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::wgmma_fence();
         issue_dvdk(dsa, dk, dQ_mn + st * kStage);
         sm90::wgmma_commit();
-        finish(gi, st, db, pa, dsa);
+        finish(it, st, db, pa, dsa);
       }
     };
 
-    int gi = 0;
-    for (int k = 0;; ++k) {
-      const int v = take(k, true);
-      if (v < 0) break;
-      tl = tile_of(v);
-      Nq = tl.seq.nq, Nk = tl.seq.nk, key0 = tl.key0;
-#pragma unroll
-      for (int i = 0; i < W / 2; ++i) dv[i] = dk[i] = 0.f;
-      mbar_wait(bar_kv, k & 1);
-      if (threadIdx.x == 128) FA_BWD_MARK(v, 1, trace_now_ns());
-      if constexpr (kWalk == 0) walk_plain(gi);
-      else walk_overlapped(gi);
-      gi += tl.total;
-      if (threadIdx.x == 128) FA_BWD_MARK(v, 2, trace_now_ns());
+    mbar_wait(bar_kv, 0);
+    if (threadIdx.x == 128) FA_BWD_MARK(1, trace_now_ns());
+    if constexpr (kWalk == 0) walk_plain();
+    else walk_overlapped();
+    if (threadIdx.x == 128) FA_BWD_MARK(2, trace_now_ns());
 
-      // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
+    // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
 #if FA_BWD_WS_STAGED_DKDV
-      // (through K's and V's tiles, free once both warpgroups are past their last product: the dQ
-      // product reads every key of K; each walk ends with its wgmmas waited for. Warp (cw, wq)'s keys
-      // are rows 64 cw + 16 wq.. of the [key][2 W bytes] images, which fill the tiles exactly. A
-      // persistent block's next K / V load waits for the images' reads.)
-      sm90::wgmma_wait<0>();
-      sm90::named_bar_sync(1, 256);
-      {
-        const int wkey = wkey0 + wq * 16;
-        sm90_bwd_store_dkdv_staged<T, W>(a, dk, dv, tl.b, tl.hk, key0, Nk, wkey, smem + Tr::kOffK + wkey * (2 * W),
-                                         smem + Tr::kOffV + wkey * (2 * W), lane);
-      }
-      sm90::fence_proxy_async_smem();  // the images' generic-proxy accesses before the next K / V copies
-      if (dynamic) release(bar_kve);
-#else
-      if (dynamic) release(bar_kve);  // K and V read for the last time (each walk ends with its products waited for)
-      sm90_bwd_store_dkdv<T, W>(a, dk, dv, tl.b, tl.hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
-#endif
-      if (threadIdx.x == 128) FA_BWD_MARK(v, 3, trace_now_ns());
+    // (through K's and V's tiles, free once both warpgroups are past their last product: the dQ
+    // product reads every key of K; each walk ends with its wgmmas waited for. Warp (cw, wq)'s keys
+    // are rows 64 cw + 16 wq.. of the [key][2 W bytes] images, which fill the tiles exactly.)
+    sm90::wgmma_wait<0>();
+    sm90::named_bar_sync(1, 256);
+    {
+      const int wkey = wkey0 + wq * 16;
+      sm90_bwd_store_dkdv_staged<T, W>(a, dk, dv, b, hk, key0, Nk, wkey, smem + Tr::kOffK + wkey * (2 * W),
+                                       smem + Tr::kOffV + wkey * (2 * W), lane);
     }
+#else
+    sm90_bwd_store_dkdv<T, W>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, 2 * t);
+#endif
+    if (threadIdx.x == 128) FA_BWD_MARK(3, trace_now_ns());
   }
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere

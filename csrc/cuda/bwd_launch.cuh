@@ -260,11 +260,7 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   static const int every = std::max(1, env_int("FA_WS_TRACE_EVERY", 50));
   if (trace != nullptr) (void)cudaMemsetAsync(trace, 0, sizeof(g_bwd_trace), stream);
 #endif
-  // Persistent grid (ta.ctas > 0, bwd_api.cu): at most one block per SM, where the tiles outnumber them.
-  ta.tiles = static_cast<int>(blocks);
-  if (ta.ctas >= blocks || ta.tile_counter == nullptr) ta.ctas = 0;
-  const int64_t grid = ta.ctas > 0 ? ta.ctas : blocks;
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
+  kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, Tr::kSmemBytes, stream>>>(ta);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return bwd_cuda_fail(err, "bwd sm90 launch (warp-specialised)");
 #ifdef FA_WS_TRACE

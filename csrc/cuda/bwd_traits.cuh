@@ -239,12 +239,8 @@ struct Sm90BwdWsTraits {
   static constexpr int kOffD = kOffL + kStages * kBlockM * 4;  // dsum slices
   static constexpr int kOffBar = kOffD + kStages * kBlockM * 4;
   // mbarriers: K/V full, Q full x kStages, Q empty x kStages, dQ full x 2, dQ empty x 2 (the row
-  // split's dQ full barriers are per stage: kStages == 2 there), then the persistent grid's: tile
-  // full x 2, tile empty x 2, K/V empty; then the two tile slots.
-  static constexpr int kNumBars = 10 + 2 * kStages;
-  static constexpr int kOffBarKve = kOffBar + 8 * (kNumBars - 1);  // K/V empty, the last one
-  static constexpr int kOffTile = kOffBar + 8 * kNumBars;
-  static constexpr int kSmemBytes = 1024 + kOffTile + 8;
+  // split's dQ full barriers are per stage: kStages == 2 there).
+  static constexpr int kSmemBytes = 1024 + kOffBar + 8 * (5 + 2 * kStages);
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "tiles 64, 128 and 256");
   static_assert(kRowSplit || kDqCols == kDqChunk, "the dQ placement of the cp.async kernel");
   static_assert(!kRowSplit || (kStages == 2 && kDqCols == 2 * kDqChunk && kBlockM * kDqChunk * 4 == kTileQ / 2),

@@ -127,8 +127,6 @@ bool sm90_ws_enabled() {
   return on;
 }
 
-}  // namespace
-
 // Multiprocessors of the current device (cached per device).
 int sm_count() {
   constexpr int kMaxDevices = 64;
@@ -143,7 +141,7 @@ int sm_count() {
   return v;
 }
 
-namespace {
+fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out);
 
 template <typename T, int W, bool kPaged>
 bool try_run_sm90_ws(int width, const FwdArgs& a, cudaStream_t s, fa_status* st) {
@@ -306,13 +304,12 @@ int decode_splits(int units, int n_chunks, int slots, int sms) {
   return 1;
 }
 
-}  // namespace
 
 // Counters in device memory that kernels leave at zero when they finish, one buffer per (device,
 // stream, kind), so that kernels of different streams never share one: kind 0, the decode kernel's
 // split counters (DecodeArgs::counters, one per (sequence, kv head) group; the last block of a group
 // resets its counter); kind 1, the warp-specialised forward's tile scheduler (FwdTmaArgs, two ints;
-// its last block resets them); kind 2, the warp-specialised backward's (BwdTmaArgs, the same two). Zeroed once; a buffer grows (after draining the stream that uses it)
+// its last block resets them). Zeroed once; a buffer grows (after draining the stream that uses it)
 // when a call needs more than it holds.
 fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out) {
   struct Buf {
@@ -360,8 +357,6 @@ fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out) {
   *out = p;
   return FA_OK;
 }
-
-namespace {
 
 // One paged cache (K or V) as a rank-4 tensor map {64 elements, cache rows, width / 64 column blocks,
 // kv heads} with boxes of {64, box_rows, width / 64, 1} and the 128-byte swizzle: a box lands as
