@@ -2,7 +2,8 @@
 # Builds the development variants of the addon for an A/B on the GPU host, each in its own clone of
 # this checkout's HEAD (so the main build stays as it is), for the H200 only and the grid's head
 # dims, and leaves each as .devbin/<name>/addon.xz (ignored by git; carried to the device).
-# Usage: bash scripts/ab-builds.sh [name=SWITCH[=VALUE][,SWITCH[=VALUE]...] ...] (a switch alone is =1)
+# Usage: bash scripts/ab-builds.sh [name=SWITCH[=VALUE][,SWITCH[=VALUE]...] ...] (a switch alone is =1;
+#   patch:FILE applies FILE, a path in this checkout, e.g. bench/patches/bwd-persistent.patch, to the clone)
 #   default: lpt=FA_WS_LPT nosplit=FA_WS_SPLIT_O=0 noqreg=FA_WS_QREG=0
 # Then, on the GPU host: AB_ADDON=.devbin/split/addon.xz bash scripts/gpu-run.sh fwd-ab
 set -euo pipefail
@@ -14,7 +15,13 @@ for spec in $specs; do
   rm -rf "$dir" && git clone -q "$root" "$dir"
   (cd "$dir" && npm ci --ignore-scripts > /dev/null 2>&1)
   envs=(FA_CUDA_ARCHS=90a FA_HEAD_DIMS=64,128,256)
-  for sw in ${switches//,/ }; do case "$sw" in *=*) envs+=("$sw") ;; *) envs+=("$sw=1") ;; esac; done
+  for sw in ${switches//,/ }; do
+    case "$sw" in
+      patch:*) (cd "$dir" && git apply "$root/${sw#patch:}") || { echo "ab-builds: $name: ${sw#patch:} does not apply"; exit 1; } ;;
+      *=*) envs+=("$sw") ;;
+      *) envs+=("$sw=1") ;;
+    esac
+  done
   echo "ab-builds: $name (${envs[*]})"
   (cd "$dir" && env "${envs[@]}" npm run build:native > "$dir/build.log" 2>&1) || { tail -20 "$dir/build.log"; exit 1; }
   mkdir -p "$root/.devbin/$name"
