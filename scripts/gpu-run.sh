@@ -228,7 +228,7 @@ for s in $steps; do
       # The persistent backward (bench/patches/bwd-persistent.patch applied to this tree and built;
       # NOTES-bwd.md, thirty-eighth session): its test file with 3 blocks (many tiles per block) and
       # with one block per SM, then the backward files with FA_BWD_WS_PERSISTENT=1, then memcheck and
-      # racecheck on the bench's backward through the persistent grid.
+      # racecheck through the persistent grid.
       [ -f test/cuda/bwd-persistent.test.ts ] || { echo "bwd-persist: the patch is not applied"; rc=1; continue; }
       for ctas in 3 0; do
         FA_REQUIRE_GPU=1 FA_BWD_WS_CTAS=$ctas timeout 200 npx vitest run test/cuda/bwd-persistent.test.ts > "$OUT/bwd-persist-$ctas.log" 2>&1 || rc=1
@@ -238,13 +238,10 @@ for s in $steps; do
         > "$OUT/bwd-persist-files.log" 2>&1 || rc=1
       echo "backward files: $(grep -E 'Tests  ' "$OUT/bwd-persist-files.log") $(el)"
       grep -hE "^ +(FAIL|×)|AssertionError" "$OUT"/bwd-persist-*.log | head -20
-      # (one block per SM: the bench's 16k-token calls give each block ~15 tiles; 3 blocks would run
-      # each call ~40x longer under the sanitizer)
-      for tool in memcheck racecheck; do
-        FA_BWD_WS_PERSISTENT=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 node dist/bench/cli.js --dir bwd \
-          --dtype fp16 --hdim 64,128,256 --seqlen 1024 --causal off --api-ms 1 --reps 1 --out /tmp/bp-$tool > "$OUT/bwd-persist-$tool.log" 2>&1
-        echo "$tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/bwd-persist-$tool.log" | tail -1) $(el)"
-      done ;;
+      # The sanitize step's workload (its dense backward calls, atomic and deterministic, at W 64 / 128 /
+      # 256) on 3 blocks, so that each call walks many tiles per block.
+      mkdir -p "$OUT/bwd-persist-san"
+      FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 OUT="$OUT/bwd-persist-san" bash "$0" sanitize | grep -E "exit|ok=false|Error" ;;
     pdl-racecheck)
       # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
       # PDL-launched (ninth session: the whole workload did not finish in 300 s with FA_FWD_PDL=1,
