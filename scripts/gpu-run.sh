@@ -238,10 +238,12 @@ for s in $steps; do
         > "$OUT/bwd-persist-files.log" 2>&1 || rc=1
       echo "backward files: $(grep -E 'Tests  ' "$OUT/bwd-persist-files.log") $(el)"
       grep -hE "^ +(FAIL|×)|AssertionError" "$OUT"/bwd-persist-*.log | head -20
-      # The sanitize step's workload (its dense backward calls, atomic and deterministic, at W 64 / 128 /
-      # 256) on 3 blocks, so that each call walks many tiles per block.
+      # The sanitize step's workload on 3 blocks, so that each call walks many tiles per block: its dense
+      # cases that run the warp-specialised backward (atomic and deterministic, W 64 / 128 / 256, the
+      # long walks and the many-tile cases; SMOKE_CASES to change), without its varlen / paged part.
       mkdir -p "$OUT/bwd-persist-san"
-      FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 OUT="$OUT/bwd-persist-san" bash "$0" sanitize | grep -E "exit|ok=false|Error" ;;
+      FA_SMOKE_CASES=${SMOKE_CASES:-0,1,3,9,10,11,13,14} FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 OUT="$OUT/bwd-persist-san" \
+        bash "$0" sanitize | grep -E "exit|ok=false|Error" ;;
     pdl-racecheck)
       # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
       # PDL-launched (ninth session: the whole workload did not finish in 300 s with FA_FWD_PDL=1,

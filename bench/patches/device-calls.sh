@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The device calls that measure the two prepared backward patches (NOTES-bwd.md, thirty-eighth and
+# thirty-ninth sessions): bwd-persistent.patch (FA_BWD_WS_PERSISTENT=1) and bwd-aux.patch.
+#
+# Here, before the calls (about 20 min of the 2 cores):
+#   git apply bench/patches/bwd-persistent.patch bench/patches/bwd-aux.patch   # the tests travel with the tree
+#   npm run build:ts
+#   bash scripts/ab-builds.sh base=FA_TRACE=0 \
+#     both=patch:bench/patches/bwd-persistent.patch,patch:bench/patches/bwd-aux.patch \
+#     aux=patch:bench/patches/bwd-aux.patch ptrace=patch:bench/patches/bwd-persistent.patch,FA_TRACE
+#   bash ../shared/gpu/pack.sh .gpu
+# (.devbin/ then holds four stripped xz addons, ~5.5 MiB each: with .gpu's ~41 MiB and dist, under the
+# 64 MiB carry. Move anything else out of .devbin/ first.)
+# Device: carry [".gpu", ".devbin", "dist"], command `bash bench/patches/device-calls.sh a` (~8 min),
+# then `... b` (~8 min). Logs under $OUT.
+#   a: correctness of the persistent grid and of the aux kernels (both patches' build), then the
+#      backward block timelines with the switch off and on (FA_TRACE build of the persistent patch)
+#      while the call's time allows.
+#   b: the A/B of the backward in turns, torch in the first round: a = both patches, switch off;
+#      b1 = both, FA_BWD_WS_PERSISTENT=1; b2 = HEAD (the default build's kernels); b3 = aux only.
+# If b1 wins: the switch on by default (the patch committed), then the GPU suite with sanitizers
+# (`TEST_TIMEOUT=330 bash scripts/gpu-run.sh tests-san`) and the backward turns grid.
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+source .gpu/env.sh
+t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
+log() { echo "$* ($(el) s)" | tee -a "$OUT/calls.log"; }
+need() { [ -f "$1" ] || { log "missing $1"; exit 2; }; }
+mkdir -p build/Release
+case "${1:-a}" in
+  a)
+    need .devbin/both/addon.xz
+    [ -f test/cuda/bwd-persistent.test.ts ] || { log "the patches are not applied to the tree"; exit 2; }
+    xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
+    nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$OUT/calls.log"
+    # the persistent grid: its test file on 3 blocks and on one per SM, the backward files with the
+    # switch on, memcheck / racecheck of the smoke workload's backward cases on 3 blocks
+    OUT=$OUT bash scripts/gpu-run.sh bwd-persist 2>&1 | tee "$OUT/bwd-persist-step.log"
+    log "bwd-persist done"
+    # the aux kernels serve the packed backward too (which keeps the one-block-per-tile kernel)
+    FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/inference.test.ts -t backward > "$OUT/varlen-bwd.log" 2>&1
+    log "varlen backward rc=$? $(grep -E 'Tests  ' "$OUT/varlen-bwd.log")"
+    # block timelines: where a D 128 tile's time goes, one block per tile and persistent
+    if [ -f .devbin/ptrace/addon.xz ] && [ "$(el)" -lt 420 ]; then
+      for p in 0 1; do
+        FA_BWD_WS_PERSISTENT=$p TRACE_ADDON=.devbin/ptrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0" \
+          OUT=$OUT/trace-p$p bash scripts/gpu-run.sh trace > "$OUT/trace-p$p.log" 2>&1
+        log "trace persistent=$p"
+      done
+    else
+      log "trace skipped"
+    fi ;;
+  b)
+    for f in both base aux; do need .devbin/$f/addon.xz; done
+    xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
+    AB_DIR=bwd AB_TAG=bwd-ab AB_ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=110 AB_ARGS="--hdim 64,128 --seqlen 512,1024,4096" \
+      AB_ADDON="env:FA_BWD_WS_PERSISTENT=1 .devbin/base/addon.xz .devbin/aux/addon.xz" \
+      OUT=$OUT bash scripts/gpu-run.sh fwd-ab > "$OUT/ab-step.log" 2>&1
+    log "ab done" ;;
+  *) echo "usage: device-calls.sh a|b"; exit 2 ;;
+esac
