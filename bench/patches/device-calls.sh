@@ -9,10 +9,13 @@
 #     both=patch:bench/patches/bwd-persistent.patch,patch:bench/patches/bwd-aux.patch \
 #     aux=patch:bench/patches/bwd-aux.patch ptrace=patch:bench/patches/bwd-persistent.patch,FA_TRACE
 #   bash ../shared/gpu/pack.sh .gpu
-# (.devbin/ then holds four stripped xz addons, ~5.5 MiB each: with .gpu's ~41 MiB and dist, under the
-# 64 MiB carry. Move anything else out of .devbin/ first.)
-# Device: carry [".gpu", ".devbin", "dist"], command `bash bench/patches/device-calls.sh a` (~8 min),
-# then `... b` (~8 min). Logs under $OUT.
+# (.devbin/ then holds four stripped xz addons, ~5.6 MiB each. All four with .gpu's ~40 MiB, dist and the
+# tracked tree pass the 64 MiB a call carries, so each call names its own.)
+# Device, logs under $OUT:
+#   call a (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/ptrace"], command
+#     `bash bench/patches/device-calls.sh a`;
+#   call b (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/base", ".devbin/aux"], command
+#     `bash bench/patches/device-calls.sh b`.
 #   a: correctness of the persistent grid and of the aux kernels (both patches' build), then the
 #      backward block timelines with the switch off and on (FA_TRACE build of the persistent patch)
 #      while the call's time allows.
