@@ -15,7 +15,11 @@
 #   call a (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/ptrace"], command
 #     `bash bench/patches/device-calls.sh a`;
 #   call b (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/base", ".devbin/aux"], command
-#     `bash bench/patches/device-calls.sh b`.
+#     `bash bench/patches/device-calls.sh b`;
+#   call c (optional, ~3 min, any build of HEAD, e.g. carry [".gpu", "dist", ".devbin/base"]): the mma.sync
+#     (sm80) path's backward against torch flash with fresh gradients (FA_NO_WGMMA=1): the closed FA2
+#     issue's margins were read while torch's backward still paid the gradient accumulation
+#     (thirty-seventh session).
 #   a: correctness of the persistent grid and of the aux kernels (both patches' build), then the
 #      backward block timelines with the switch off and on (FA_TRACE build of the persistent patch)
 #      while the call's time allows.
@@ -60,5 +64,11 @@ case "${1:-a}" in
       AB_ADDON="env:FA_BWD_WS_PERSISTENT=1 .devbin/base/addon.xz .devbin/aux/addon.xz" \
       OUT=$OUT bash scripts/gpu-run.sh fwd-ab > "$OUT/ab-step.log" 2>&1
     log "ab done" ;;
-  *) echo "usage: device-calls.sh a|b"; exit 2 ;;
+  c)
+    need .devbin/base/addon.xz
+    xz -dc .devbin/base/addon.xz > build/Release/flash_attention_node.node
+    FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
+      --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
+    log "fa2 path rc=$?" ;;
+  *) echo "usage: device-calls.sh a|b|c"; exit 2 ;;
 esac
