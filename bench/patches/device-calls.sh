@@ -14,6 +14,7 @@
 # Device, logs under $OUT:
 #   call a (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/ptrace"], command
 #     `bash bench/patches/device-calls.sh a`;
+#   call s (~5-10 min, same carry as a): `bash bench/patches/device-calls.sh s`;
 #   call b (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/base", ".devbin/aux"], command
 #     `bash bench/patches/device-calls.sh b`;
 #   call c (optional, ~3 min, any build of HEAD, e.g. carry [".gpu", "dist", ".devbin/base"]): the mma.sync
@@ -23,6 +24,8 @@
 #   a: correctness of the persistent grid and of the aux kernels (both patches' build), then the
 #      backward block timelines with the switch off and on (FA_TRACE build of the persistent patch)
 #      while the call's time allows.
+#   s: memcheck and racecheck of the persistent grid (gpu-run.sh bwd-persist-san; a call of its own,
+#      as each tool may take up to 300 s).
 #   b: the A/B of the backward in turns, torch in the first round: a = both patches, switch off;
 #      b1 = both, FA_BWD_WS_PERSISTENT=1; b2 = HEAD (the default build's kernels); b3 = aux only.
 # If b1 wins: the switch on by default (the patch committed), then the GPU suite with sanitizers
@@ -41,7 +44,7 @@ case "${1:-a}" in
     xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
     nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$OUT/calls.log"
     # the persistent grid: its test file on 3 blocks and on one per SM, the backward files with the
-    # switch on, memcheck / racecheck of the smoke workload's backward cases on 3 blocks
+    # switch on
     OUT=$OUT bash scripts/gpu-run.sh bwd-persist 2>&1 | tee "$OUT/bwd-persist-step.log"
     log "bwd-persist done"
     # the aux kernels serve the packed backward too (which keeps the one-block-per-tile kernel)
@@ -64,11 +67,16 @@ case "${1:-a}" in
       AB_ADDON="env:FA_BWD_WS_PERSISTENT=1 .devbin/base/addon.xz .devbin/aux/addon.xz" \
       OUT=$OUT bash scripts/gpu-run.sh fwd-ab > "$OUT/ab-step.log" 2>&1
     log "ab done" ;;
+  s)
+    need .devbin/both/addon.xz
+    xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
+    OUT=$OUT bash scripts/gpu-run.sh bwd-persist-san 2>&1 | tee "$OUT/bwd-persist-san-step.log"
+    log "sanitizers done" ;;
   c)
     need .devbin/base/addon.xz
     xz -dc .devbin/base/addon.xz > build/Release/flash_attention_node.node
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh a|b|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh a|s|b|c"; exit 2 ;;
 esac
