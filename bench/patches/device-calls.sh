@@ -11,7 +11,8 @@
 #   bash ../shared/gpu/pack.sh .gpu
 # (.devbin/ then holds four stripped xz addons, ~5.6 MiB each. All four with .gpu's ~40 MiB, dist and the
 # tracked tree pass the 64 MiB a call carries, so each call names its own.)
-# Device, logs under $OUT:
+# Device, logs under $OUT, in the order a, b, then s where b shows a win, then c if time is left
+# (~4.5 min of machine start + a + b + s use most of a session's 30 min):
 #   call a (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/ptrace"], command
 #     `bash bench/patches/device-calls.sh a`;
 #   call s (~5-10 min, same carry as a): `bash bench/patches/device-calls.sh s`;
