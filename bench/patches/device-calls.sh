@@ -37,13 +37,13 @@ source .gpu/env.sh
 t0=$(date +%s); el() { echo $(( $(date +%s) - t0 )); }
 log() { echo "$* ($(el) s)" | tee -a "$OUT/calls.log"; }
 need() { [ -f "$1" ] || { log "missing $1"; exit 2; }; }
+# the build .devbin/$1 as this tree's addon (gpu-run.sh's side a)
+use_addon() { need ".devbin/$1/addon.xz"; xz -dc ".devbin/$1/addon.xz" > build/Release/flash_attention_node.node; }
 mkdir -p build/Release
 case "${1:-a}" in
   a)
-    need .devbin/both/addon.xz
     [ -f test/cuda/bwd-persistent.test.ts ] || { log "the patches are not applied to the tree"; exit 2; }
-    xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
-    nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$OUT/calls.log"
+    use_addon both
     # the persistent grid: its test file on 3 blocks and on one per SM, the backward files with the
     # switch on
     OUT=$OUT bash scripts/gpu-run.sh bwd-persist 2>&1 | tee "$OUT/bwd-persist-step.log"
@@ -62,20 +62,18 @@ case "${1:-a}" in
       log "trace skipped"
     fi ;;
   b)
-    for f in both base aux; do need .devbin/$f/addon.xz; done
-    xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
+    need .devbin/base/addon.xz; need .devbin/aux/addon.xz
+    use_addon both
     AB_DIR=bwd AB_TAG=bwd-ab AB_ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=110 AB_ARGS="--hdim 64,128 --seqlen 512,1024,4096" \
       AB_ADDON="env:FA_BWD_WS_PERSISTENT=1 .devbin/base/addon.xz .devbin/aux/addon.xz" \
       OUT=$OUT bash scripts/gpu-run.sh fwd-ab > "$OUT/ab-step.log" 2>&1
     log "ab done" ;;
   s)
-    need .devbin/both/addon.xz
-    xz -dc .devbin/both/addon.xz > build/Release/flash_attention_node.node
+    use_addon both
     OUT=$OUT bash scripts/gpu-run.sh bwd-persist-san 2>&1 | tee "$OUT/bwd-persist-san-step.log"
     log "sanitizers done" ;;
   c)
-    need .devbin/base/addon.xz
-    xz -dc .devbin/base/addon.xz > build/Release/flash_attention_node.node
+    use_addon base
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
