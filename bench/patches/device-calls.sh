@@ -77,5 +77,37 @@ case "${1:-a}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh a|s|b|c"; exit 2 ;;
+  x)
+    # one call for a session short of device time (each call after the machine's 30 s idle release pays
+    # a fresh start): b's A/B bounded at 330 s, then a's tests while the call's time allows, then
+    # memcheck of the persistent grid on 3 blocks
+    need .devbin/base/addon.xz; need .devbin/aux/addon.xz
+    [ -f test/cuda/bwd-persistent.test.ts ] || { log "the patches are not applied to the tree"; exit 2; }
+    use_addon both
+    AB_DIR=bwd AB_TAG=bwd-ab AB_ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=100 AB_ARGS="--hdim 64,128 --seqlen 512,1024,4096" \
+      AB_ADDON="env:FA_BWD_WS_PERSISTENT=1 .devbin/base/addon.xz .devbin/aux/addon.xz" \
+      OUT=$OUT timeout 330 bash scripts/gpu-run.sh fwd-ab > "$OUT/ab-step.log" 2>&1
+    log "ab rc=$?"
+    use_addon both
+    for ctas in 3 0; do
+      [ "$(el)" -lt 480 ] || break
+      FA_REQUIRE_GPU=1 FA_BWD_WS_CTAS=$ctas timeout 100 npx vitest run test/cuda/bwd-persistent.test.ts > "$OUT/bwd-persist-$ctas.log" 2>&1
+      log "ctas $ctas rc=$? $(grep -E 'Tests  ' "$OUT/bwd-persist-$ctas.log")"
+    done
+    if [ "$(el)" -lt 480 ]; then
+      FA_REQUIRE_GPU=1 FA_BWD_WS_PERSISTENT=1 timeout $(( 540 - $(el) )) npx vitest run test/cuda/backward.test.ts \
+        test/cuda/bwd-walks.test.ts > "$OUT/bwd-persist-files.log" 2>&1
+      log "backward files (switch on) rc=$? $(grep -E 'Tests  ' "$OUT/bwd-persist-files.log")"
+    fi
+    if [ "$(el)" -lt 500 ]; then
+      FA_REQUIRE_GPU=1 timeout $(( 560 - $(el) )) npx vitest run test/cuda/inference.test.ts -t backward > "$OUT/varlen-bwd.log" 2>&1
+      log "varlen backward rc=$? $(grep -E 'Tests  ' "$OUT/varlen-bwd.log")"
+    fi
+    if [ "$(el)" -lt 500 ]; then
+      FA_SMOKE_CASES=0,1,3,9,10,11,13,14 FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 timeout $(( 585 - $(el) )) \
+        compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/gpu-smoke.js > "$OUT/memcheck.log" 2>&1
+      log "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+    fi
+    grep -hE "^ +(FAIL|×)|AssertionError" "$OUT"/bwd-persist-*.log | head -20 ;;
+  *) echo "usage: device-calls.sh a|s|b|c|x"; exit 2 ;;
 esac
