@@ -118,13 +118,13 @@ case "${1:-a}" in
     mkdir -p "$OUT/y"
     for p in 0 1; do
       FA_BWD_WS_PERSISTENT=$p TRACE_ADDON=.devbin/ptrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0 64:4096:0 128:1024:1" \
-        OUT=$OUT/y/trace-p$p timeout 110 bash scripts/gpu-run.sh trace > "$OUT/y/trace-p$p.log" 2>&1
+        OUT=$OUT/y/trace-p$p timeout $(( ${YEND:-500} / 5 )) bash scripts/gpu-run.sh trace > "$OUT/y/trace-p$p.log" 2>&1
       log "trace persistent=$p rc=$?"
     done
-    FA_REQUIRE_GPU=1 FA_BWD_WS_CTAS=3 timeout $(( 400 - $(el) )) npx vitest run test/cuda/bwd-persistent.test.ts --reporter verbose \
+    FA_REQUIRE_GPU=1 FA_BWD_WS_CTAS=3 timeout $(( ${YEND:-500} - 100 - $(el) )) npx vitest run test/cuda/bwd-persistent.test.ts --reporter verbose \
       > "$OUT/y/bwd-persist-3.log" 2>&1
     log "ctas 3 rc=$? $(grep -E 'Tests  ' "$OUT/y/bwd-persist-3.log") $(grep -c '✓' "$OUT/y/bwd-persist-3.log") passed so far"
-    FA_SMOKE_CASES=0,1,3,9,10,11,13,14 FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 timeout $(( 480 - $(el) )) \
+    FA_SMOKE_CASES=0,1,3,9,10,11,13,14 FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 timeout $(( ${YEND:-500} - 20 - $(el) )) \
       compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/gpu-smoke.js > "$OUT/y/memcheck.log" 2>&1
     log "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/y/memcheck.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/y/"; tar -C "$OUT" -cJf "$OUT/y.tar.xz" y && rm -rf "$OUT/y" ;;
