@@ -128,5 +128,25 @@ case "${1:-a}" in
       compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/gpu-smoke.js > "$OUT/y/memcheck.log" 2>&1
     log "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/y/memcheck.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/y/"; tar -C "$OUT" -cJf "$OUT/y.tar.xz" y && rm -rf "$OUT/y" ;;
-  *) echo "usage: device-calls.sh a|s|b|c|x|y"; exit 2 ;;
+  z)
+    # after x showed no gain (fortieth session): where a backward tile's time goes. The block timelines of
+    # HEAD's kernel (.devbin/htrace: HEAD with FA_TRACE) and of the persistent grid (.devbin/ptrace, switch on),
+    # then c's mma.sync comparison while time is left (YEND: the call's seconds); logs in one tar
+    need .devbin/htrace/addon.xz; need .devbin/ptrace/addon.xz
+    use_addon base
+    mkdir -p "$OUT/z"
+    cells="128:512:0 128:4096:0 64:512:0 64:4096:0 128:1024:1"
+    TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="$cells" OUT=$OUT/z/trace-head \
+      timeout $(( ${YEND:-500} / 4 )) bash scripts/gpu-run.sh trace > "$OUT/z/trace-head.log" 2>&1
+    log "trace HEAD rc=$?"
+    FA_BWD_WS_PERSISTENT=1 TRACE_ADDON=.devbin/ptrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="$cells" OUT=$OUT/z/trace-p1 \
+      timeout $(( ${YEND:-500} / 4 )) bash scripts/gpu-run.sh trace > "$OUT/z/trace-p1.log" 2>&1
+    log "trace persistent rc=$?"
+    if [ "$(el)" -lt $(( ${YEND:-500} - 120 )) ]; then
+      FA_NO_WGMMA=1 timeout $(( ${YEND:-500} - 15 - $(el) )) node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 \
+        --seqlen 1024,4096 --causal both --api-ms 40 --compare torch --out "$OUT/z/fa2" > "$OUT/z/fa2.log" 2>&1
+      log "fa2 path rc=$?"
+    fi
+    cp "$OUT/calls.log" "$OUT/z/"; tar -C "$OUT" -cJf "$OUT/z.tar.xz" z && rm -rf "$OUT/z" ;;
+  *) echo "usage: device-calls.sh a|s|b|c|x|y|z"; exit 2 ;;
 esac
