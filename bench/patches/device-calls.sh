@@ -148,5 +148,25 @@ case "${1:-a}" in
       log "fa2 path rc=$?"
     fi
     cp "$OUT/calls.log" "$OUT/z/"; tar -C "$OUT" -cJf "$OUT/z.tar.xz" z && rm -rf "$OUT/z" ;;
-  *) echo "usage: device-calls.sh a|s|b|c|x|y|z"; exit 2 ;;
+  w)
+    # a short call (YEND: its seconds) after x (fortieth session): the staged dK / dV epilogue
+    # (.devbin/staged: FA_BWD_WS_STAGED_DKDV, never run yet) against HEAD in turns, HEAD's backward block
+    # timelines (.devbin/htrace), then the backward test files on the staged build; logs in one tar
+    need .devbin/base/addon.xz; need .devbin/staged/addon.xz
+    use_addon base
+    mkdir -p "$OUT/w"
+    AB_DIR=bwd AB_TAG=staged-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--hdim 64,128 --seqlen 512,1024,4096" \
+      AB_ADDON=".devbin/staged/addon.xz" OUT=$OUT/w timeout $(( ${YEND:-300} / 3 )) bash scripts/gpu-run.sh fwd-ab > "$OUT/w/ab-step.log" 2>&1
+    log "staged ab rc=$?"
+    if [ -f .devbin/htrace/addon.xz ]; then
+      TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0" OUT=$OUT/w/trace \
+        timeout $(( ${YEND:-300} / 5 )) bash scripts/gpu-run.sh trace > "$OUT/w/trace.log" 2>&1
+      log "trace HEAD rc=$?"
+    fi
+    use_addon staged
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-300} - 12 - $(el) )) npx vitest run test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts \
+      > "$OUT/w/staged-tests.log" 2>&1
+    log "staged tests rc=$? $(grep -aE 'Tests ' "$OUT/w/staged-tests.log" | tail -1)"
+    cp "$OUT/calls.log" "$OUT/w/"; tar -C "$OUT" -cJf "$OUT/w.tar.xz" w && rm -rf "$OUT/w" ;;
+  *) echo "usage: device-calls.sh a|s|b|c|x|y|z|w"; exit 2 ;;
 esac
