@@ -11,6 +11,10 @@
 #   bash ../shared/gpu/pack.sh .gpu
 # (.devbin/ then holds four stripped xz addons, ~5.6 MiB each. All four with .gpu's ~40 MiB, dist and the
 # tracked tree pass the 64 MiB a call carries, so each call names its own.)
+# Fortieth session: x ran (on an H100): neither patch pays (NOTES-bwd.md). Next: w (the staged dK / dV epilogue
+# and HEAD's backward timelines; builds: `bash scripts/ab-builds.sh htrace=FA_TRACE staged=FA_BWD_WS_STAGED_DKDV`),
+# run as `YEND=540 bash bench/patches/device-calls.sh w` with carry [".gpu", "dist", ".devbin/base",
+# ".devbin/htrace", ".devbin/staged"]. The notes below are the thirty-ninth session's plan.
 # Device, logs under $OUT, in the order a, b, then s where b shows a win, then c if time is left
 # (~4.5 min of machine start + a + b + s use most of a session's 30 min):
 #   call a (~8 min): carry [".gpu", "dist", ".devbin/both", ".devbin/ptrace"], command
