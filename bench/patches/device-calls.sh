@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next device calls for the Hopper backward (NOTES-bwd.md, thirty-seventh to fortieth sessions). The
 # fortieth session's call (an H100) measured the persistent grid (bwd-persistent.patch) and the aux kernels
-# (bwd-aux.patch): neither pays, both stay out (that call's script: git show 1f75b8e:bench/patches/device-calls.sh).
+# (bwd-aux.patch): neither pays, both stay out (that call's script: git show 42324af:bench/patches/device-calls.sh).
 #
 # Here, before the calls (~5 min of the 2 cores per build; .devbin/ is ignored by git):
 #   bash scripts/ab-builds.sh base=FA_TRACE=0 htrace=FA_TRACE staged=FA_BWD_WS_STAGED_DKDV
