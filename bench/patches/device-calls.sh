@@ -7,7 +7,7 @@
 #   bash scripts/ab-builds.sh base=FA_TRACE=0 htrace=FA_TRACE staged=FA_BWD_WS_STAGED_DKDV
 #   npm run build:ts && bash ../shared/gpu/pack.sh .gpu
 # Device (a call returns at most 8 files, so each call tars its logs; every call after the machine's 30 s idle
-# release pays a fresh start, ~6 min with the transfers):
+# release pays a fresh start, ~100 s with the transfers):
 #   w (first): carry [".gpu", "dist", ".devbin/base", ".devbin/htrace", ".devbin/staged"] (60 MiB), command
 #     `YEND=540 bash bench/patches/device-calls.sh w` (YEND: the seconds the call may run): the staged dK / dV
 #     epilogue against HEAD in turns, HEAD's backward block timelines, the backward test files on the staged
