@@ -21,6 +21,8 @@
 //                   lie past the sequence's end walks the tile without products (kSkipIdle); 0 for comparisons
 //   FA_BWD_WS_STAGED_DKDV 1: development build whose warp-specialised backward (key split) writes dK / dV through
 //                   shared memory with 16-byte stores (until measured)
+//   FA_BWD_WS_TMA_DKDV 1: development build whose warp-specialised backward (key split) writes dK / dV through
+//                   shared memory by tensor-map stores (until measured)
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -46,6 +48,7 @@ const settings = {
   FA_WS_QREG: /^(0|off|false|no)$/i.test(opt('FA_WS_QREG', '')) ? 'OFF' : 'ON',
   FA_WS_SKIP_IDLE_WG: /^(0|off|false|no)$/i.test(opt('FA_WS_SKIP_IDLE_WG', '')) ? 'OFF' : 'ON',
   FA_BWD_WS_STAGED_DKDV: /^(1|on|true|yes)$/i.test(opt('FA_BWD_WS_STAGED_DKDV', '')) ? 'ON' : 'OFF',
+  FA_BWD_WS_TMA_DKDV: /^(1|on|true|yes)$/i.test(opt('FA_BWD_WS_TMA_DKDV', '')) ? 'ON' : 'OFF',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

@@ -83,6 +83,14 @@ bool try_sm90_ws(const BwdArgs& a, cudaStream_t s, fa_status* st) {
         !encode_rows_map(a.k, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.k_row, a.k_head, a.k_batch, kKeys, &ta.tk) ||
         !encode_rows_map(a.v, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.v_row, a.v_head, a.v_batch, kKeys, &ta.tv))
       return false;
+#if FA_BWD_WS_TMA_DKDV
+    if (!Sm90BwdWsTraits<T, W>::kRowSplit &&
+        (!encode_rows_map(a.dk, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.dk_row, a.dk_head, a.dk_batch, kKeys,
+                          &ta.tdk) ||
+         !encode_rows_map(a.dv, a.head_dim, a.seqlen_k, a.heads_k, a.batch, a.dv_row, a.dv_head, a.dv_batch, kKeys,
+                          &ta.tdv)))
+      return false;
+#endif
     *st = run_bwd_sm90_ws<T, W>(ta, s);
     return true;
   }

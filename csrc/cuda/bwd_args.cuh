@@ -125,6 +125,9 @@ inline int64_t bwd_ws_rows_packed(int total_q, int batch) {
 // common block.
 struct BwdTmaArgs {
   CUtensorMap tq, tdo, tk, tv;
+#if FA_BWD_WS_TMA_DKDV
+  CUtensorMap tdk, tdv;  // dK / dV in K's boxes (the tensor-map epilogue, development builds)
+#endif
   BwdArgs a;
   int overlap;  // the walk where there is no score modifier: -1 by tile width, 0 plain, 1 overlapped (FA_BWD_WS_OVERLAP)
 };

@@ -147,6 +147,27 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv_staged(const BwdArgs& a, con
   }
 }
 
+// dK (times scale) and dV of one warp into K's and V's shared-memory tiles in the layout their
+// tensor maps load (FA_BWD_WS_TMA_DKDV builds; the warp-specialised key split only), for the
+// tensor-map stores that follow: per 64-column block cb, [BN keys][128 bytes] with 16-byte chunk c of
+// key k at chunk c ^ (k % 8) (the 128-byte swizzle). This lane's keys are key_l and key_l + 8 (in the
+// tile; key_l % 8 == lane / 4) and its columns 8j + 2t. One store instruction (fixed j, hr) puts the
+// warp's 8 keys x 4 lanes in 32 distinct banks.
+template <typename T, int NC, int BN>
+__device__ __forceinline__ void sm90_bwd_stage_dkdv_tma(const float (&dk)[NC / 2], const float (&dv)[NC / 2], float sc,
+                                                        int key_l, int t, unsigned char* sk, unsigned char* sv) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int key = key_l + 8 * hr;
+#pragma unroll
+    for (int j = 0; j < NC / 8; ++j) {
+      const int off = (j / 8) * BN * 128 + key * 128 + (((j % 8) ^ (key % 8)) << 4) + t * 4;
+      *reinterpret_cast<uint32_t*>(sk + off) = pack2<T>(dk[4 * j + 2 * hr] * sc, dk[4 * j + 2 * hr + 1] * sc);
+      *reinterpret_cast<uint32_t*>(sv + off) = pack2<T>(dv[4 * j + 2 * hr], dv[4 * j + 2 * hr + 1]);
+    }
+  }
+}
+
 // P^T and dS^T of one warpgroup's S^T / dP^T accumulators (m64nNS, [key][row]), in place: s
 // becomes P^T, dp becomes dS^T; dS^T (and P^T when kStoreP) also go to shared memory as [key][row]
 // rows of 64 query rows (128 bytes, the 128-byte swizzle), where the dQ product (and, row split, the

@@ -38,6 +38,11 @@
 // epilogue through shared memory with 16-byte stores (sm90_bwd_store_dkdv_staged)
 #define FA_BWD_WS_STAGED_DKDV 0
 #endif
+#ifndef FA_BWD_WS_TMA_DKDV
+// CMake option FA_BWD_WS_TMA_DKDV (development, OFF until measured): the same through K's and V's
+// tiles in their tensor maps' layout, written by tensor-map stores (sm90_bwd_stage_dkdv_tma)
+#define FA_BWD_WS_TMA_DKDV 0
+#endif
 
 namespace fa {
 namespace cuda {
@@ -561,7 +566,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     if (threadIdx.x == 128) FA_BWD_MARK(2, trace_now_ns());
 
     // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns 8j + 2t.
-#if FA_BWD_WS_STAGED_DKDV
+#if FA_BWD_WS_TMA_DKDV
+    // (through K's and V's tiles as their tensor maps lay them out, free once both warpgroups are
+    // past their last product, as in the staged epilogue below; then one thread stores the 2 x W / 64
+    // boxes, which the tensor maps clip at the sequence's end and the head dim, and waits only until
+    // they have been read out of shared memory before its exit.)
+    sm90::wgmma_wait<0>();
+    sm90::named_bar_sync(1, 256);
+    sm90_bwd_stage_dkdv_tma<T, W, BN>(dk, dv, a.scale, wkey0 + wq * 16 + g, t, smem + Tr::kOffK, smem + Tr::kOffV);
+    sm90::fence_proxy_async_smem();  // for the tensor-map stores
+    sm90::named_bar_sync(1, 256);
+    if (threadIdx.x == 128) {
+#pragma unroll
+      for (int cb = 0; cb < Tr::kColBlocks; ++cb) {  // dense calls only: the loads' coordinates
+        tma_store_4d(&ta.tdk, sK + cb * BN * 128, cb * 64, key0, hk, b);
+        tma_store_4d(&ta.tdv, sV + cb * BN * 128, cb * 64, key0, hk, b);
+      }
+      bulk_commit_group();
+      bulk_wait_group<0, true>();
+    }
+#elif FA_BWD_WS_STAGED_DKDV
     // (through K's and V's tiles, free once both warpgroups are past their last product: the dQ
     // product reads every key of K; each walk ends with its wgmmas waited for. Warp (cw, wq)'s keys
     // are rows 64 cw + 16 wq.. of the [key][2 W bytes] images, which fill the tiles exactly.)
