@@ -4,15 +4,16 @@
 # (bwd-aux.patch): neither pays, both stay out (that call's script: git show 42324af:bench/patches/device-calls.sh).
 #
 # Here, before the calls (~5 min of the 2 cores per build; .devbin/ is ignored by git):
-#   bash scripts/ab-builds.sh base=FA_TRACE=0 htrace=FA_TRACE staged=FA_BWD_WS_STAGED_DKDV
+#   bash scripts/ab-builds.sh base=FA_TRACE=0 staged=FA_BWD_WS_STAGED_DKDV tmadkdv=FA_BWD_WS_TMA_DKDV htrace=FA_TRACE
 #   npm run build:ts && bash ../shared/gpu/pack.sh .gpu
-# Device (a call returns at most 8 files, so each call tars its logs; every call after the machine's 30 s idle
-# release pays a fresh start, ~100 s with the transfers):
-#   w (first): carry [".gpu", "dist", ".devbin/base", ".devbin/htrace", ".devbin/staged"] (60 MiB), command
-#     `YEND=540 bash bench/patches/device-calls.sh w` (YEND: the seconds the call may run): the staged dK / dV
-#     epilogue against HEAD in turns, HEAD's backward block timelines, the backward test files on the staged
-#     build. If staged wins: its switch into the default build, then the GPU suite with sanitizers
+# Device (a call returns at most 8 files, so w tars its logs; a call after the machine's 30 s idle release pays a
+# fresh start, ~100 s with the transfers; three addons with .gpu, dist and the tree come to ~60 MiB of the 64):
+#   w (first): carry [".gpu", "dist", ".devbin/base", ".devbin/staged", ".devbin/tmadkdv"], command
+#     `YEND=540 bash bench/patches/device-calls.sh w` (YEND: the seconds the call may run): the two shared-memory
+#     dK / dV epilogues against HEAD in turns (D 64 / 128, both masks, N 512 / 1k / 4k), then the backward test
+#     files on each. If one wins: its switch into the default build, the GPU suite with sanitizers
 #     (`TEST_TIMEOUT=330 bash scripts/gpu-run.sh tests-san`) and the backward turns grid.
+#   t (~3 min): carry [".gpu", "dist", ".devbin/base", ".devbin/htrace"]: HEAD's backward block timelines.
 #   c (optional, ~3 min, carry [".gpu", "dist", ".devbin/base"]): the mma.sync (sm80) path's forward and backward
 #     against torch flash with fresh gradients (FA_NO_WGMMA=1): the closed FA2 issue's margins were read while
 #     torch's backward still paid the gradient accumulation (thirty-seventh session).
@@ -27,29 +28,35 @@ use_addon() { need ".devbin/$1/addon.xz"; xz -dc ".devbin/$1/addon.xz" > build/R
 mkdir -p build/Release
 case "${1:-w}" in
   w)
-    # the staged dK / dV epilogue (.devbin/staged: FA_BWD_WS_STAGED_DKDV, never run yet) against HEAD in
-    # turns, HEAD's backward block timelines (.devbin/htrace), then the backward test files on the staged
-    # build; logs in one tar
-    need .devbin/base/addon.xz; need .devbin/staged/addon.xz
+    # the two shared-memory dK / dV epilogues (never run yet) against HEAD in turns: .devbin/staged
+    # (FA_BWD_WS_STAGED_DKDV: 16-byte stores by the consumers) and .devbin/tmadkdv (FA_BWD_WS_TMA_DKDV:
+    # tensor-map stores by one thread), then the backward test files on each; logs in one tar
+    need .devbin/base/addon.xz; need .devbin/staged/addon.xz; need .devbin/tmadkdv/addon.xz
     use_addon base
     mkdir -p "$OUT/w"
-    AB_DIR=bwd AB_TAG=staged-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--hdim 64,128 --seqlen 512,1024,4096" \
-      AB_ADDON=".devbin/staged/addon.xz" OUT=$OUT/w timeout $(( ${YEND:-300} / 3 )) bash scripts/gpu-run.sh fwd-ab > "$OUT/w/ab-step.log" 2>&1
-    log "staged ab rc=$?"
-    if [ -f .devbin/htrace/addon.xz ]; then
-      TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0" OUT=$OUT/w/trace \
-        timeout $(( ${YEND:-300} / 5 )) bash scripts/gpu-run.sh trace > "$OUT/w/trace.log" 2>&1
-      log "trace HEAD rc=$?"
-    fi
-    use_addon staged
-    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-300} - 12 - $(el) )) npx vitest run test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts \
-      > "$OUT/w/staged-tests.log" 2>&1
-    log "staged tests rc=$? $(grep -aE 'Tests ' "$OUT/w/staged-tests.log" | tail -1)"
+    AB_DIR=bwd AB_TAG=epi-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--hdim 64,128 --seqlen 512,1024,4096" \
+      AB_ADDON=".devbin/staged/addon.xz .devbin/tmadkdv/addon.xz" OUT=$OUT/w timeout $(( ${YEND:-500} / 3 )) \
+      bash scripts/gpu-run.sh fwd-ab > "$OUT/w/ab-step.log" 2>&1
+    log "epilogue ab rc=$?"
+    for v in tmadkdv staged; do
+      use_addon $v
+      share=1; [ $v = tmadkdv ] && share=2  # half of what is left for the first build's tests
+      FA_REQUIRE_GPU=1 timeout $(( (${YEND:-500} - 15 - $(el)) / share )) npx vitest run \
+        test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts > "$OUT/w/tests-$v.log" 2>&1
+      log "$v tests rc=$? $(grep -aE 'Tests ' "$OUT/w/tests-$v.log" | tail -1)"
+    done
     cp "$OUT/calls.log" "$OUT/w/"; tar -C "$OUT" -cJf "$OUT/w.tar.xz" w && rm -rf "$OUT/w" ;;
+  t)
+    # HEAD's backward block timelines (.devbin/htrace: HEAD with FA_TRACE): where a tile's time goes
+    need .devbin/htrace/addon.xz
+    use_addon base
+    TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0 64:4096:0 128:1024:1" \
+      OUT=$OUT timeout 200 bash scripts/gpu-run.sh trace > "$OUT/trace-step.log" 2>&1
+    log "trace HEAD rc=$?" ;;
   c)
     use_addon base
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|t|c"; exit 2 ;;
 esac
