@@ -161,7 +161,7 @@ __device__ __forceinline__ void sm90_bwd_stage_dkdv_tma(const float (&dk)[NC / 2
     const int key = key_l + 8 * hr;
 #pragma unroll
     for (int j = 0; j < NC / 8; ++j) {
-      const int off = (j / 8) * BN * 128 + key * 128 + (((j % 8) ^ (key % 8)) << 4) + t * 4;
+      const int off = (j / 8) * BN * 128 + key * 128 + (((j % 8) ^ (key & 7)) << 4) + t * 4;
       *reinterpret_cast<uint32_t*>(sk + off) = pack2<T>(dk[4 * j + 2 * hr] * sc, dk[4 * j + 2 * hr + 1] * sc);
       *reinterpret_cast<uint32_t*>(sv + off) = pack2<T>(dv[4 * j + 2 * hr], dv[4 * j + 2 * hr + 1]);
     }

@@ -277,6 +277,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     return;
   }
   sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
+#if FA_BWD_WS_TMA_DKDV
+  if (!Tr::kRowSplit && threadIdx.x == 128) {  // the epilogue's store maps, fetched while the tile runs
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tdk)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tdv)) : "memory");
+  }
+#endif
   // Consumers (both splits): warpgroup cw, warp wq of it; descriptors as the cp.async kernel's.
   // K-major: 8-row groups 1024 bytes apart, k-step ks at column block ks / 4, byte 32 (ks % 4).
   // MN-major: 16 k-rows = 2048 bytes per k-step, 64-column blocks rows x 128 bytes apart.
