@@ -2,7 +2,7 @@
 # One device call: GPU test suite, compute-sanitizer (memcheck, racecheck) on a workload that queues
 # many calls and disposes inputs early, the main job, the doctor, and the benchmark with torch in the
 # same run. Logs go to $OUT (or ./out).
-# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|bwd-persist|bwd-persist-san|index-stream|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|turns|cudnn-prof|bench]...
+# Usage on the GPU host, from the repo root: bash scripts/gpu-run.sh [tests|tests-san|index-stream|sanitize|start|doctor|profile|paged-prof|decode-profile|bwd-ab|percall|api-ab|tiny-ab|trace|decode-trace|fwd-ab|pdl-racecheck|source-profile|cudnn-src|clock|turns|cudnn-prof|bench]...
 #   BENCH_ARGS   extra arguments of the bench step (default: the full grid, fwd and bwd, fp32, the
 #                per-call overhead, deterministic, decode, varlen and serving modes)
 #   TEST_TIMEOUT seconds for the test step (default 420)
@@ -224,28 +224,6 @@ for s in $steps; do
         done
       done | tee "$OUT/$tag.log"
       cp /tmp/addon-a.node build/Release/flash_attention_node.node ;;
-    bwd-persist)
-      # The persistent backward (bench/patches/bwd-persistent.patch applied to this tree and built;
-      # NOTES-bwd.md, thirty-eighth session): its test file with 3 blocks (many tiles per block) and
-      # with one block per SM, then the backward files with FA_BWD_WS_PERSISTENT=1 (the sanitizers:
-      # bwd-persist-san).
-      [ -f test/cuda/bwd-persistent.test.ts ] || { echo "bwd-persist: the patch is not applied"; rc=1; continue; }
-      for ctas in 3 0; do
-        FA_REQUIRE_GPU=1 FA_BWD_WS_CTAS=$ctas timeout 200 npx vitest run test/cuda/bwd-persistent.test.ts > "$OUT/bwd-persist-$ctas.log" 2>&1 || rc=1
-        echo "ctas $ctas: $(grep -E 'Tests  ' "$OUT/bwd-persist-$ctas.log") $(el)"
-      done
-      FA_REQUIRE_GPU=1 FA_BWD_WS_PERSISTENT=1 timeout 200 npx vitest run test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts \
-        > "$OUT/bwd-persist-files.log" 2>&1 || rc=1
-      echo "backward files: $(grep -E 'Tests  ' "$OUT/bwd-persist-files.log") $(el)"
-      grep -hE "^ +(FAIL|×)|AssertionError" "$OUT"/bwd-persist-*.log | head -20 ;;
-    bwd-persist-san)
-      # Memcheck and racecheck of the persistent backward: the sanitize step's workload on 3 blocks, so
-      # that each call walks many tiles per block; its dense cases that run the warp-specialised backward
-      # (atomic and deterministic, W 64 / 128 / 256, the long walks and the many-tile cases; SMOKE_CASES
-      # to change), without its varlen / paged part.
-      mkdir -p "$OUT/bwd-persist-san"
-      FA_SMOKE_CASES=${SMOKE_CASES:-0,1,3,9,10,11,13,14} FA_BWD_WS_PERSISTENT=1 FA_BWD_WS_CTAS=3 OUT="$OUT/bwd-persist-san" \
-        bash "$0" sanitize | grep -E "exit|ok=false|Error" ;;
     pdl-racecheck)
       # Which case of the smoke workload stalls racecheck when the warp-specialised forward is
       # PDL-launched (ninth session: the whole workload did not finish in 300 s with FA_FWD_PDL=1,
