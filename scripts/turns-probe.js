@@ -109,6 +109,8 @@ async function ourRound(call, n) {
         sides.push({ impl: 'ours', dir: d, n: Math.max(10, Math.ceil(roundMs / g.ms)) });
         sides.push({ impl: 'cudnn', dir: d, n: Math.max(10, Math.ceil(roundMs / setup.guess[d])) });
       }
+      // cuDNN's backward is read as its forward + backward less its forward: TURNS_DIRS=bwd still times the latter
+      if (!dirs.includes('fwd')) sides.push({ impl: 'cudnn', dir: 'fwd', n: Math.max(10, Math.ceil(roundMs / setup.guess.fwd)) });
       for (const s of sides) { s.ms = []; s.wins = []; }
       let failed = '';
       for (let r = 0; r < rounds && !failed; r++) {

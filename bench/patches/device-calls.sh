@@ -46,6 +46,25 @@ case "${1:-w}" in
       log "$v tests rc=$? $(grep -aE 'Tests ' "$OUT/w/tests-$v.log" | tail -1)"
     done
     cp "$OUT/calls.log" "$OUT/w/"; tar -C "$OUT" -cJf "$OUT/w.tar.xz" w && rm -rf "$OUT/w" ;;
+  v)
+    # forty-first session: the staged epilogue as the default (key split and, new, the row split at
+    # D 256): .devbin/new (this tree's 90a build, all head dims) through the GPU suite with the
+    # sanitizers, then A/B against .devbin/base (40073fa's kernels) at D 128 / 256, then the
+    # backward grid against cuDNN in turns with what time is left; logs in one tar
+    need .devbin/new/addon.xz; need .devbin/base/addon.xz
+    use_addon new
+    mkdir -p "$OUT/v"
+    TEST_TIMEOUT=300 OUT=$OUT/v bash scripts/gpu-run.sh tests-san > "$OUT/v/tests-san-step.log" 2>&1
+    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/v/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    AB_DIR=bwd AB_TAG=v-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=50 AB_ARGS="--hdim 256,128 --seqlen 512,1024,4096" \
+      AB_ADDON=".devbin/base/addon.xz" OUT=$OUT/v timeout 130 bash scripts/gpu-run.sh fwd-ab > "$OUT/v/ab-step.log" 2>&1
+    log "ab rc=$?"
+    cells=""; for dt in float16 bfloat16; do for D in 128 256 64; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
+      cells="$cells $dt:$D:$N:$c"; done; done; done; done
+    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-540} - 10 - $(el) )) OUT=$OUT/v \
+      bash scripts/gpu-run.sh turns > "$OUT/v/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/v/turns.log") cells"
+    cp "$OUT/calls.log" "$OUT/v/"; tar -C "$OUT" -cJf "$OUT/v.tar.xz" v && rm -rf "$OUT/v" ;;
   t)
     # HEAD's backward block timelines (.devbin/htrace: HEAD with FA_TRACE): where a tile's time goes
     need .devbin/htrace/addon.xz

@@ -105,18 +105,20 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& a, const floa
   }
 }
 
-// The same epilogue through shared memory (FA_BWD_WS_STAGED_DKDV builds; the warp-specialised key
-// split only): one warp's 16 keys wkey.. (relative to key0) x NC columns of dK (times scale) and dV,
-// packed to 16 bits into its own regions sk / sv of 16 rows x 2 NC bytes (16-byte chunks XOR-swizzled
-// by key % 8, so that the 8 keys of one store instruction hit distinct banks), then written with
-// 16-byte global stores of whole row chunks. In place of sm90_bwd_store_dkdv's 4-byte stores (at
-// W 128, 64 per thread, each warp instruction half of 8 sectors); NOTES-bwd.md, thirty-seventh
-// session. head_dim % 8 == 0 and 16-byte aligned rows on CUDA (bwd_api.cu checks), so a chunk is
-// all in or all out.
+// The same epilogue through shared memory (FA_BWD_WS_STAGED_DKDV builds, the default; the
+// warp-specialised kernel, both splits): one warp's 16 keys wkey.. (relative to key0) x NC columns
+// col0.. of dK (times scale) and dV, packed to 16 bits into its own regions sk / sv of 16 rows x 2 NC
+// bytes (16-byte chunks XOR-swizzled by key % 8, so that the 8 keys of one store instruction hit
+// distinct banks), then written with 16-byte global stores of whole row chunks. In place of
+// sm90_bwd_store_dkdv's 4-byte stores (at W 128, 64 per thread, each warp instruction half of 8
+// sectors): 1.02-1.11x the key split's backward on an H100 (NOTES-bwd.md, forty-first session).
+// head_dim % 8 == 0 and 16-byte aligned rows on CUDA (bwd_api.cu checks), so a chunk is all in or
+// all out.
 template <typename T, int NC>
 __device__ __forceinline__ void sm90_bwd_store_dkdv_staged(const BwdArgs& a, const float (&dk)[NC / 2],
                                                            const float (&dv)[NC / 2], int b, int hk, int key0, int nk,
-                                                           int wkey, unsigned char* sk, unsigned char* sv, int lane) {
+                                                           int wkey, unsigned char* sk, unsigned char* sv, int lane,
+                                                           int col0 = 0) {
   constexpr int kRowBytes = NC * 2, kChunks = NC / 8;
   const int g = lane >> 2, t = lane & 3;
   const float sc = a.scale;
@@ -139,10 +141,10 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv_staged(const BwdArgs& a, con
   for (int i = 0; i < 16 * kChunks / 32; ++i) {
     const int idx = lane + 32 * i;
     const int r = idx / kChunks, c = idx % kChunks;
-    if (r < keys && c * 8 < a.head_dim) {
+    if (r < keys && col0 + c * 8 < a.head_dim) {
       const int src = r * kRowBytes + ((c ^ (r & 7)) << 4);
-      *reinterpret_cast<uint4*>(gdk + (r * a.dk_row + c * 8) * 2) = *reinterpret_cast<const uint4*>(sk + src);
-      *reinterpret_cast<uint4*>(gdv + (r * a.dv_row + c * 8) * 2) = *reinterpret_cast<const uint4*>(sv + src);
+      *reinterpret_cast<uint4*>(gdk + (r * a.dk_row + col0 + c * 8) * 2) = *reinterpret_cast<const uint4*>(sk + src);
+      *reinterpret_cast<uint4*>(gdv + (r * a.dv_row + col0 + c * 8) * 2) = *reinterpret_cast<const uint4*>(sv + src);
     }
   }
 }

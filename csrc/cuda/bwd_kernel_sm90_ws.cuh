@@ -380,7 +380,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       if (lane == 0) mbar_arrive(bar_dqf + 8 * st);
     }
     // Epilogue: dK (times scale) and dV, this lane's keys wq*16 + g (+8), columns NC cw + 8j + 2t.
+#if FA_BWD_WS_STAGED_DKDV
+    // (through K's and V's tiles. Warpgroup cw's image of its 64 keys x NC columns, [key][2 NC bytes],
+    // is exactly the size of K's (V's) column blocks of its columns, [NC / 64][BN keys][128 bytes].
+    // Once both warpgroups are past their last products (each waited for its own), nothing reads K or
+    // V again: the last block's S^T / dP^T were before its barrier, and its dQ products are waited.)
+    static_assert(Tr::kTileKV == 2 * BN * 2 * NC, "row split: K's tile holds both images");
+    sm90::named_bar_sync(1, 256);
+    {
+      const uint32_t off = cw * (BN * 2 * NC) + wq * 16 * (2 * NC);
+      sm90_bwd_store_dkdv_staged<T, NC>(a, dk, dv, b, hk, key0, Nk, wq * 16, smem + Tr::kOffK + off,
+                                        smem + Tr::kOffV + off, lane, cw * NC);
+    }
+#else
     sm90_bwd_store_dkdv<T, NC>(a, dk, dv, b, hk, key0, Nk, wq * 16 + g, cw * NC + 2 * t);
+#endif
   } else {
     // Key split: warpgroup cw owns keys [64 cw, 64 cw + 64) of the block and dQ columns
     // [NQ cw, NQ cw + NQ); warp wq of it the S^T rows (keys) 16 wq.. and dQ rows 16 wq..
