@@ -65,6 +65,26 @@ case "${1:-w}" in
       bash scripts/gpu-run.sh turns > "$OUT/v/turns-step.log" 2>&1
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/v/turns.log") cells"
     cp "$OUT/calls.log" "$OUT/v/"; tar -C "$OUT" -cJf "$OUT/v.tar.xz" v && rm -rf "$OUT/v" ;;
+  q)
+    # forty-first session, second call: the dQ writer's last wait (bwd-dq-tail.patch, .devbin/dqtail) against
+    # the new default (.devbin/new) in turns, the backward test files on it, the GPU test file that the
+    # first call's 300 s did not reach (fresh-inference), and the turns grid's last 8 cells
+    need .devbin/new/addon.xz; need .devbin/dqtail/addon.xz
+    use_addon new
+    mkdir -p "$OUT/q"
+    AB_DIR=bwd AB_TAG=q-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--hdim 64,128,256 --seqlen 512,1024,4096" \
+      AB_ADDON=".devbin/dqtail/addon.xz" OUT=$OUT/q timeout 100 bash scripts/gpu-run.sh fwd-ab > "$OUT/q/ab-step.log" 2>&1
+    log "dq-tail ab rc=$?"
+    FA_REQUIRE_GPU=1 timeout 140 npx vitest run test/cuda/fresh-inference.test.ts > "$OUT/q/tests-fresh-inference.log" 2>&1
+    log "fresh-inference (new) rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-fresh-inference.log" | tail -1)"
+    cells="bfloat16:64:8192:0 bfloat16:64:16384:0"; for N in 512 1024 2048 4096 8192 16384; do cells="$cells bfloat16:64:$N:1"; done
+    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=70 OUT=$OUT/q bash scripts/gpu-run.sh turns > "$OUT/q/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/q/turns.log") cells"
+    use_addon dqtail
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-420} - 10 - $(el) )) npx vitest run test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts \
+      > "$OUT/q/tests-dqtail.log" 2>&1
+    log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
+    cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
   t)
     # HEAD's backward block timelines (.devbin/htrace: HEAD with FA_TRACE): where a tile's time goes
     need .devbin/htrace/addon.xz
