@@ -17,6 +17,13 @@
 #   c (optional, ~3 min, carry [".gpu", "dist", ".devbin/base"]): the mma.sync (sm80) path's forward and backward
 #     against torch flash with fresh gradients (FA_NO_WGMMA=1): the closed FA2 issue's margins were read while
 #     torch's backward still paid the gradient accumulation (thirty-seventh session).
+#
+# Forty-first session: w, v and q ran (all on an H100): the staged epilogue is the default now (31774c0), the
+# dQ-tail patch does not pay. NEXT, on the H200 when it is lent (issue 12 is read there):
+#   h: carry [".gpu", "dist", ".devbin/new"] (.devbin/new: `FA_CUDA_ARCHS=90a npm run build:native`, then
+#     strip + xz -9 of build/Release/flash_attention_node.node, as ab-builds.sh does), command
+#     `YEND=560 bash bench/patches/device-calls.sh h`: the whole fwd + bwd grid against cuDNN in turns (the H200
+#     figures of issue 12 for the new build), then the deterministic backward against the default.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 source .gpu/env.sh
@@ -85,6 +92,18 @@ case "${1:-w}" in
       > "$OUT/q/tests-dqtail.log" 2>&1
     log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
+  h)
+    # issue 12 on the H200 with the new default build: fwd + bwd grid in turns with cuDNN, then the deterministic
+    # backward (fp16 / bf16, D 64 / 128 / 256, N 1k / 4k) against the default in the bench CLI
+    need .devbin/new/addon.xz
+    use_addon new
+    mkdir -p "$OUT/h"
+    TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-560} - 120 )) OUT=$OUT/h bash scripts/gpu-run.sh turns > "$OUT/h/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/h/turns.log") rows"
+    timeout $(( ${YEND:-560} - 10 - $(el) )) node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
+      --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
+    log "deterministic rc=$?"
+    cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
   t)
     # HEAD's backward block timelines (.devbin/htrace: HEAD with FA_TRACE): where a tile's time goes
     need .devbin/htrace/addon.xz
