@@ -1,5 +1,5 @@
 // The fresh-shapes GPU files' shared draws (test/cuda/fresh.test.ts: dense forward / backward;
-// test/cuda/fresh-inference.test.ts: packed, paged, merge). Each file draws its lengths, head dims
+// test/cuda/fresh-inference.test.ts: packed, paged, merge; test/cuda/fresh-varlen.test.ts: more packed forward). Each file draws its lengths, head dims
 // and cases from the seed (FA_FRESH_SEED, else the clock: then each file has its own), which is in
 // its suite's name, so that a failure can be run again with FA_FRESH_SEED=<seed>.
 import { Rng } from '../helpers/reference';
@@ -28,4 +28,12 @@ export function freshDraws() {
   const seedOf = (k: number) => (SEED * 31 + k) % 2_147_483_647;
   const title = (what: string) => `CUDA, fresh shapes, ${what} (FA_FRESH_SEED=${SEED}; lengths ${NS.join(',')} / ${BIG_NS.join(',')}; head dims ${DS.join(',')})`;
   return { SEED, rng, NS, BIG_NS, DS, seedOf, title };
+}
+
+// Every GQA group size from 1 to 8, not only powers of two.
+export const FRESH_GROUPS = [1, 2, 3, 4, 5, 6, 7, 8];
+
+// The packed forward draws of the fresh-shapes files (test/helpers/inference-cases.ts, varlenCases).
+export function freshVarlenForward(DS: number[]) {
+  return { maxLen: 1500, Ds: DS, maxB: 7, backward: false, gpu: true, groups: FRESH_GROUPS };
 }
