@@ -34,13 +34,14 @@
 #include "cuda/bwd_kernel_sm90.cuh"
 
 #ifndef FA_BWD_WS_STAGED_DKDV
-// CMake option FA_BWD_WS_STAGED_DKDV (ON by default; OFF for comparisons): the key split's dK / dV
+// CMake option FA_BWD_WS_STAGED_DKDV (ON by default; OFF for comparisons): both splits' dK / dV
 // epilogue through shared memory with 16-byte stores (sm90_bwd_store_dkdv_staged)
 #define FA_BWD_WS_STAGED_DKDV 1
 #endif
 #ifndef FA_BWD_WS_TMA_DKDV
-// CMake option FA_BWD_WS_TMA_DKDV (development, OFF; measured equal to the staged one): the same through K's and V's
-// tiles in their tensor maps' layout, written by tensor-map stores (sm90_bwd_stage_dkdv_tma)
+// CMake option FA_BWD_WS_TMA_DKDV (development, OFF; measured equal to the staged one): the key split's
+// epilogue through K's and V's tiles in their tensor maps' layout, written by tensor-map stores
+// (sm90_bwd_stage_dkdv_tma); the row split ignores it
 #define FA_BWD_WS_TMA_DKDV 0
 #endif
 
@@ -384,7 +385,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     // (through K's and V's tiles. Warpgroup cw's image of its 64 keys x NC columns, [key][2 NC bytes],
     // is exactly the size of K's (V's) column blocks of its columns, [NC / 64][BN keys][128 bytes].
     // Once both warpgroups are past their last products (each waited for its own), nothing reads K or
-    // V again: the last block's S^T / dP^T were before its barrier, and its dQ products are waited.)
+    // V again: the last block's S^T / dP^T were before its barrier, and its dQ products are waited
+    // (the last chunk's wgmma_wait<0> above; keep one before this barrier if the loop changes).)
     static_assert(Tr::kTileKV == 2 * BN * 2 * NC, "row split: K's tile holds both images");
     sm90::named_bar_sync(1, 256);
     {
