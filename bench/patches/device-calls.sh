@@ -3,27 +3,25 @@
 # fortieth session's call (an H100) measured the persistent grid (bwd-persistent.patch) and the aux kernels
 # (bwd-aux.patch): neither pays, both stay out (that call's script: git show 42324af:bench/patches/device-calls.sh).
 #
-# Here, before the calls (~5 min of the 2 cores per build; .devbin/ is ignored by git):
-#   bash scripts/ab-builds.sh base=FA_TRACE=0 staged=FA_BWD_WS_STAGED_DKDV tmadkdv=FA_BWD_WS_TMA_DKDV htrace=FA_TRACE
-#   npm run build:ts && bash ../shared/gpu/pack.sh .gpu
-# Device (a call returns at most 8 files, so w tars its logs; a call after the machine's 30 s idle release pays a
-# fresh start, ~100 s with the transfers; three addons with .gpu, dist and the tree come to ~60 MiB of the 64):
-#   w (first): carry [".gpu", "dist", ".devbin/base", ".devbin/staged", ".devbin/tmadkdv"], command
-#     `YEND=540 bash bench/patches/device-calls.sh w` (YEND: the seconds the call may run): the two shared-memory
-#     dK / dV epilogues against HEAD in turns (D 64 / 128, both masks, N 512 / 1k / 4k), then the backward test
-#     files on each. If one wins: its switch into the default build, the GPU suite with sanitizers
-#     (`TEST_TIMEOUT=330 bash scripts/gpu-run.sh tests-san`) and the backward turns grid.
-#   t (~3 min): carry [".gpu", "dist", ".devbin/base", ".devbin/htrace"]: HEAD's backward block timelines.
-#   c (optional, ~3 min, carry [".gpu", "dist", ".devbin/base"]): the mma.sync (sm80) path's forward and backward
-#     against torch flash with fresh gradients (FA_NO_WGMMA=1): the closed FA2 issue's margins were read while
-#     torch's backward still paid the gradient accumulation (thirty-seventh session).
+# (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
+# commit, 2cc3400.)
 #
 # Forty-first session: w, v and q ran (all on an H100): the staged epilogue is the default now (31774c0), the
 # dQ-tail patch does not pay. NEXT, on the H200 when it is lent (issue 12 is read there):
-#   h: carry [".gpu", "dist", ".devbin/new"] (.devbin/new: `FA_CUDA_ARCHS=90a npm run build:native`, then
-#     strip + xz -9 of build/Release/flash_attention_node.node, as ab-builds.sh does), command
+#   Here first (.devbin/ is ignored by git; skip what a checkout already holds): `bash scripts/ab-builds.sh
+#   htrace=FA_TRACE` (~7 min); .devbin/new holds every head dim (the GPU suite needs them): `FA_CUDA_ARCHS=90a npm
+#   run build:native`, then strip + xz -9 build/Release/flash_attention_node.node into .devbin/new/addon.xz (as
+#   ab-builds.sh does); then
+#   `npm run build:ts && bash ../shared/gpu/pack.sh .gpu`. A call returns at most 8 files (so each case tars its
+#   logs); a call after the machine's 30 s idle release pays a fresh start, ~100 s with the transfers.
+#   h: carry [".gpu", "dist", ".devbin/new"], command
 #     `YEND=560 bash bench/patches/device-calls.sh h`: the whole fwd + bwd grid against cuDNN in turns (the H200
 #     figures of issue 12 for the new build), then the deterministic backward against the default.
+#   t (after h, ~3 min): carry [".gpu", "dist", ".devbin/new", ".devbin/htrace"]: the new kernels' backward block
+#     timelines (fill / walk / epilogue / writer tail / gap per tile), to see what is left of the per-tile cost.
+#   c (optional, ~3 min, carry [".gpu", "dist", ".devbin/base"]): the mma.sync (sm80) path's forward and backward
+#     against torch flash with fresh gradients (FA_NO_WGMMA=1): the closed FA2 issue's margins were read while
+#     torch's backward still paid the gradient accumulation (thirty-seventh session).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 source .gpu/env.sh
@@ -105,9 +103,10 @@ case "${1:-w}" in
     log "deterministic rc=$?"
     cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
   t)
-    # HEAD's backward block timelines (.devbin/htrace: HEAD with FA_TRACE): where a tile's time goes
-    need .devbin/htrace/addon.xz
-    use_addon base
+    # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
+    # the staged epilogue): where a tile's time goes now
+    need .devbin/htrace/addon.xz; need .devbin/new/addon.xz
+    use_addon new
     TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0 64:4096:0 128:1024:1" \
       OUT=$OUT timeout 200 bash scripts/gpu-run.sh trace > "$OUT/trace-step.log" 2>&1
     log "trace HEAD rc=$?" ;;
