@@ -280,8 +280,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
 #if FA_BWD_WS_TMA_DKDV
   if (!Tr::kRowSplit && threadIdx.x == 128) {  // the epilogue's store maps, fetched while the tile runs
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tdk)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tdv)) : "memory");
+    prefetch_tensormap(&ta.tdk);
+    prefetch_tensormap(&ta.tdv);
   }
 #endif
   // Consumers (both splits): warpgroup cw, warp wq of it; descriptors as the cp.async kernel's.

@@ -521,8 +521,8 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     }
     if constexpr (kTma) {
       if (lane == 0) {
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&d.tmap_k)) : "memory");
-        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&d.tmap_v)) : "memory");
+        prefetch_tensormap(&d.tmap_k);
+        prefetch_tensormap(&d.tmap_v);
       }
     }
     // The first tiles' copies: after the wait, or before it where the caller knows that the kernel

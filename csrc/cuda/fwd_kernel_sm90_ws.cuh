@@ -336,9 +336,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // The maps are kernel parameters, not written by the kernel before this one: their descriptors
     // are fetched while a PDL launch waits below, instead of by the first copies after it (the
     // critical path of a one-tile call).
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tq)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tk)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta.tv)) : "memory");
+    prefetch_tensormap(&ta.tq);
+    prefetch_tensormap(&ta.tk);
+    prefetch_tensormap(&ta.tv);
   }
   const uint32_t ord = Tr::kDeal ? sQ + Tr::kOrderOffset : 0u;
   if constexpr (Tr::kDeal) {

@@ -236,6 +236,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* tmap, int 
 #endif
 }
 
+// Fetches a tensor map (a kernel parameter or other global memory) into the tensor-map cache ahead of
+// its first copy, so that the copy does not wait for the descriptor.
+__device__ __forceinline__ void prefetch_tensormap(const void* tmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+#endif
+}
+
 // Tensor-map (TMA) store of one box of a rank-4 map from shared memory at `src`, in the bulk
 // async-group of the issuing thread (bulk_commit_group / bulk_wait_group); coordinates innermost
 // first. The parts of the box outside the tensor are not written.
