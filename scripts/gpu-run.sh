@@ -317,10 +317,11 @@ for s in $steps; do
       # "dir:dtype:D:N:causal ..."): launch configuration, registers, shared memory, duration and
       # clock, instruction counts per pipe, shared-memory wavefronts, warp states; one call each
       # (forward: its kernel; backward: ours the preprocess / main / convert kernels, cuDNN's
-      # `bprop` kernel). The SDPA side is bench/prof_sdpa.py.
+      # `bprop` kernel). The SDPA side is bench/prof_sdpa.py. PROF_METRICS: more metrics, comma-separated;
+      # PROF_SECTIONS: more sections ("--section X ...").
       if command -v ncu > /dev/null; then
-        sec="--section LaunchStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy"
-        met="--metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,regex:^smsp__inst_executed_pipe_[a-z_]+\.sum$,regex:^sm__pipe_[a-z_]+_cycles_active\.avg\.pct_of_peak_sustained_active$,regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$"
+        sec="--section LaunchStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy ${PROF_SECTIONS:-}"
+        met="--metrics smsp__inst_executed.sum,sm__cycles_elapsed.avg,sm__cycles_elapsed.avg.per_second,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,regex:^smsp__inst_executed_pipe_[a-z_]+\.sum$,regex:^sm__pipe_[a-z_]+_cycles_active\.avg\.pct_of_peak_sustained_active$,regex:^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active\.ratio$${PROF_METRICS:+,$PROF_METRICS}"
         for cell in ${PROF_CELLS:-fwd:float16:128:4096:0 fwd:float16:64:512:1 fwd:float16:256:4096:0 bwd:float16:64:8192:0 bwd:float16:128:4096:0}; do
           IFS=: read -r d dt hd n cz <<< "$cell"
           tag="$d-$dt-$hd-$n-$cz"; cs=off; [ "$cz" = 1 ] && cs=on; dts=fp16; [ "$dt" = bfloat16 ] && dts=bf16

@@ -102,6 +102,38 @@ case "${1:-w}" in
       --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
     log "deterministic rc=$?"
     cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
+  hp)
+    # forty-second session, call 1: h's grid in turns and the deterministic backward (each step capped), then ncu
+    # on the backward at fp16 D 128 full N 16k / 8k, ours (preprocess / main / convert) and cuDNN's bprop: L2
+    # reduction / read / write sectors, DRAM bytes and the usual pipes and stalls, for the power question
+    # (NOTES-bwd.md, forty-first session: D 128 N 16k needs fewer cycles than cuDNN but runs at a lower clock)
+    need .devbin/new/addon.xz
+    use_addon new
+    mkdir -p "$OUT/h"
+    TURNS_ROUNDS=5 TURNS_TIMEOUT=330 OUT=$OUT/h bash scripts/gpu-run.sh turns > "$OUT/h/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/h/turns.log") rows"
+    timeout 110 node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
+      --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
+    log "deterministic rc=$?"
+    PROF_CELLS="bwd:float16:128:16384:0 bwd:float16:128:8192:0" PROF_SECTIONS="--section MemoryWorkloadAnalysis_Tables" \
+      PROF_METRICS="lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum" \
+      OUT=$OUT/h timeout $(( ${YEND:-570} - 15 - $(el) )) bash scripts/gpu-run.sh cudnn-prof > "$OUT/h/prof-step.log" 2>&1
+    log "prof rc=$?"
+    [ -d /tmp/prof-out ] && cp -r /tmp/prof-out "$OUT/h/"
+    cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
+  s)
+    # forty-second session, call 2: the GPU suite with the sanitizers on the final build (.devbin/new = HEAD's
+    # kernels), then t's block timelines with what is left
+    need .devbin/new/addon.xz; need .devbin/htrace/addon.xz
+    use_addon new
+    mkdir -p "$OUT/s"
+    TEST_TIMEOUT=${ST:-330} OUT=$OUT/s bash scripts/gpu-run.sh tests-san > "$OUT/s/tests-san-step.log" 2>&1
+    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/s/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0 64:4096:0 128:1024:1" \
+      OUT=$OUT/s timeout $(( ${YEND:-570} - 10 - $(el) )) bash scripts/gpu-run.sh trace > "$OUT/s/trace-step.log" 2>&1
+    log "trace rc=$?"
+    use_addon new
+    cp "$OUT/calls.log" "$OUT/s/"; tar -C "$OUT" -cJf "$OUT/s.tar.xz" s && rm -rf "$OUT/s" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -115,5 +147,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|h|hp|s|t|c"; exit 2 ;;
 esac
