@@ -79,9 +79,10 @@ const cases = [
     for (const g of grads) for (const t of [g.dq, g.dk, g.dv]) ok = ok && (await finite(t));
     report(JSON.stringify(c), ok);
   }
-  // Varlen forward + backward (an empty sequence included).
-  if (!only) {
-    const lens = [5, 0, 130, 64], H = 4, Hkv = 2, D = 64;
+  // Varlen forward + backward (an empty sequence included), at head dims of the Hopper backward's
+  // two splits (64, 96: key split in tiles 64 / 128; 192: row split in 256).
+  for (const D of only ? [] : [64, 96, 192]) {
+    const lens = [5, 0, 130, 64], H = 4, Hkv = 2;
     const cu = Int32Array.from([0, 5, 5, 135, 199]);
     const T = 199;
     const [q, k, v, dout] = await Promise.all([up(rand(T * H * D, 5), [T, H, D], 'float16'), up(rand(T * Hkv * D, 6), [T, Hkv, D], 'float16'),
@@ -92,7 +93,7 @@ const cases = [
     q.dispose(); k.dispose(); v.dispose(); dout.dispose();
     let ok = await finite(r.out);
     if (g) for (const t of [g.dq, g.dk, g.dv]) ok = ok && (await finite(t));
-    report(`varlen lens=${lens}`, ok);
+    report(`varlen lens=${lens} D=${D}`, ok);
   }
   // Paged cache: appendKV with rotary, then decode (split-KV) and a mixed batch.
   for (const page of only ? [] : [1, 16, 24]) {  // 24: the warp-specialised kernel's boxes of 8 rows

@@ -122,17 +122,20 @@ case "${1:-w}" in
     [ -d /tmp/prof-out ] && cp -r /tmp/prof-out "$OUT/h/"
     cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
   s)
-    # forty-second session, call 2: the GPU suite with the sanitizers on the final build (.devbin/new = HEAD's
-    # kernels), then t's block timelines with what is left
-    need .devbin/new/addon.xz; need .devbin/htrace/addon.xz
+    # forty-second session, call 1: the cp.async Hopper backward (packed batches; FA_BWD_SM90=cpasync on dense
+    # calls) with its dK / dV through shared memory, as the warp-specialised kernel's (.devbin/new), against
+    # the previous build's (.devbin/f36, f36dab0) in turns, the warp-specialised kernel as side a; then the GPU
+    # suite with the sanitizers on the new build (ST: the parallel step's seconds)
+    need .devbin/new/addon.xz; need .devbin/f36/addon.xz
     use_addon new
     mkdir -p "$OUT/s"
+    AB_DIR=bwd AB_TAG=cp-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=30 AB_ARGS="--hdim 64,128,256 --seqlen 512,2048" \
+      AB_ADDON="env:FA_BWD_SM90=cpasync env:FA_BWD_SM90=cpasync@.devbin/f36/addon.xz" OUT=$OUT/s \
+      timeout 170 bash scripts/gpu-run.sh fwd-ab > "$OUT/s/ab-step.log" 2>&1
+    log "cp ab rc=$?"
+    use_addon new
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/s bash scripts/gpu-run.sh tests-san > "$OUT/s/tests-san-step.log" 2>&1
     log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/s/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
-    TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0 64:4096:0 128:1024:1" \
-      OUT=$OUT/s timeout $(( ${YEND:-570} - 10 - $(el) )) bash scripts/gpu-run.sh trace > "$OUT/s/trace-step.log" 2>&1
-    log "trace rc=$?"
-    use_addon new
     cp "$OUT/calls.log" "$OUT/s/"; tar -C "$OUT" -cJf "$OUT/s.tar.xz" s && rm -rf "$OUT/s" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with

@@ -14,7 +14,8 @@
 // swizzled layout (K-major where the head dim is the k of the product, MN-major through the
 // transpose bit where it is the n), dS^T MN-major as the A of dQ; P^T / dS^T as the A of dV / dK
 // from registers (key split) or K-major from shared memory (row split). Q_i, dO_i and the lse2 /
-// dsum slices are double-buffered with cp.async (block i+1 loads during block i).
+// dsum slices are double-buffered with cp.async (block i+1 loads during block i). The block's
+// dK / dV go out through K's and V's tiles with 16-byte stores (sm90_bwd_store_dkdv_staged).
 #pragma once
 
 #include "cuda/bwd_args.cuh"
@@ -23,6 +24,14 @@
 #include "cuda/bwd_traits.cuh"
 #include "cuda/lpt.cuh"
 #include "cuda/wgmma.cuh"
+
+#ifndef FA_BWD_WS_STAGED_DKDV
+// CMake option FA_BWD_WS_STAGED_DKDV (ON by default; OFF for comparisons): the Hopper backward
+// kernels' dK / dV epilogue through shared memory with 16-byte stores (sm90_bwd_store_dkdv_staged):
+// the warp-specialised kernel's two splits and, from the forty-second session, the cp.async kernel
+// (packed batches, and dense calls whose tensor maps cannot be made)
+#define FA_BWD_WS_STAGED_DKDV 1
+#endif
 
 namespace fa {
 namespace cuda {
@@ -105,8 +114,8 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& a, const floa
   }
 }
 
-// The same epilogue through shared memory (FA_BWD_WS_STAGED_DKDV builds, the default; the
-// warp-specialised kernel, both splits): one warp's 16 keys wkey.. (relative to key0) x NC columns
+// The same epilogue through shared memory (FA_BWD_WS_STAGED_DKDV builds, the default; both Hopper
+// kernels, the warp-specialised one in both splits and the cp.async one): one warp's 16 keys wkey.. (relative to key0) x NC columns
 // col0.. of dK (times scale) and dV, packed to 16 bits into its own regions sk / sv of 16 rows x 2 NC
 // bytes (16-byte chunks XOR-swizzled by key % 8, so that the 8 keys of one store instruction hit
 // distinct banks), then written with 16-byte global stores of whole row chunks. In place of
@@ -546,7 +555,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 
   // Epilogue: dK (times scale) and dV, this lane's keys wkey0 + wq*16 + g (+8), columns
   // wg * NC + 8j + 2t (row split) or 8j + 2t (key split).
+#if FA_BWD_WS_STAGED_DKDV
+  // Through K's and V's tiles, as the warp-specialised kernel does (sm90_bwd_store_dkdv_staged).
+  // Nothing reads them again once every warp is past its last dQ product (each waited for its
+  // wgmmas above) and every copy into them has landed (each thread waited for its own above): the
+  // barrier. Key split: warp (wg, wq)'s 16 keys are rows wkey0 + 16 wq.. of the [key][2 W bytes]
+  // images, which fill the tiles exactly. Row split: warpgroup wg's image, [BN keys][2 NC bytes],
+  // is half of a tile.
+  static_assert(Tr::kTileKV == (kKeySplit ? BN * 2 * NC : 2 * BN * 2 * NC), "the dK / dV images fill K's and V's tiles");
+  __syncthreads();
+  {
+    const int wkey = wkey0 + wq * 16;
+    const uint32_t off = (kKeySplit ? 0 : wg * (BN * 2 * NC)) + wkey * (2 * NC);
+    sm90_bwd_store_dkdv_staged<T, NC>(a, dk, dv, b, hk, key0, Nk, wkey, smem + off, smem + (sV - sK) + off, lane,
+                                      kKeySplit ? 0 : wg * NC);
+  }
+#else
   sm90_bwd_store_dkdv<T, NC>(a, dk, dv, b, hk, key0, Nk, wkey0 + wq * 16 + g, (kKeySplit ? 0 : wg * NC) + 2 * t);
+#endif
 #else
   __trap();  // only the sm_90a build has this kernel; the dispatcher never launches it elsewhere
 #endif

@@ -33,11 +33,6 @@
 #include <type_traits>
 #include "cuda/bwd_kernel_sm90.cuh"
 
-#ifndef FA_BWD_WS_STAGED_DKDV
-// CMake option FA_BWD_WS_STAGED_DKDV (ON by default; OFF for comparisons): both splits' dK / dV
-// epilogue through shared memory with 16-byte stores (sm90_bwd_store_dkdv_staged)
-#define FA_BWD_WS_STAGED_DKDV 1
-#endif
 #ifndef FA_BWD_WS_TMA_DKDV
 // CMake option FA_BWD_WS_TMA_DKDV (development, OFF; measured equal to the staged one): the key split's
 // epilogue through K's and V's tiles in their tensor maps' layout, written by tensor-map stores

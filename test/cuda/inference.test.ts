@@ -62,6 +62,19 @@ describeGpu('CUDA: variable-length batches', () => {
     { seed: 65, lensQ: [40, 300], lensK: [40, 300], H: 2, Hkv: 1, D: 256, dtype: 'float16' },
   ];
   for (const c of idleWalk) it(`forward, idle warpgroup: ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
+  // The packed backward (on Hopper the cp.async kernel, whose dK / dV leave through K's and V's
+  // shared-memory tiles in 16-byte row chunks): sequences ending inside a warp's 16 keys and inside
+  // a key block, several key blocks, head dims below the tile (40 in 64, 96 in 128, 192 in the row
+  // split's 256), more keys than queries, GQA, a window, a softcap, deterministic.
+  const packedBwd: VarlenCase[] = [
+    { seed: 70, lensQ: [300, 0, 129, 700], lensK: [300, 0, 129, 700], H: 4, Hkv: 2, D: 96, dtype: 'bfloat16', causal: true, backward: true },
+    { seed: 71, lensQ: [17, 250, 77], lensK: [140, 250, 400], H: 2, Hkv: 1, D: 192, dtype: 'float16', backward: true },
+    { seed: 72, lensQ: [513, 64, 3], lensK: [513, 64, 3], H: 3, Hkv: 3, D: 40, dtype: 'float16', causal: true, backward: true },
+    { seed: 73, lensQ: [200, 450], lensK: [200, 450], H: 4, Hkv: 1, D: 128, dtype: 'float16', window: [90, 0], backward: true, deterministic: true },
+    { seed: 74, lensQ: [129, 1, 380], lensK: [129, 1, 380], H: 2, Hkv: 2, D: 256, dtype: 'bfloat16', causal: true, softcap: 20, backward: true },
+    { seed: 75, lensQ: [33, 0, 161], lensK: [33, 7, 161], H: 8, Hkv: 2, D: 64, dtype: 'bfloat16', backward: true },
+  ];
+  for (const c of packedBwd) it(`backward, packed epilogue: ${varlenName(c)}`, () => checkVarlenCase(c, 'cuda'));
 });
 
 describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
