@@ -103,23 +103,24 @@ case "${1:-w}" in
     log "deterministic rc=$?"
     cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
   hp)
-    # forty-second session, call 1: h's grid in turns and the deterministic backward (each step capped), then ncu
-    # on the backward at fp16 D 128 full N 16k / 8k, ours (preprocess / main / convert) and cuDNN's bprop: L2
-    # reduction / read / write sectors, DRAM bytes and the usual pipes and stalls, for the power question
-    # (NOTES-bwd.md, forty-first session: D 128 N 16k needs fewer cycles than cuDNN but runs at a lower clock)
+    # forty-second session, call 2: the fwd + bwd grid in turns with cuDNN (each step capped), then ncu on the
+    # backward at fp16 D 128 full N 16k, ours (preprocess / main / convert) and cuDNN's bprop: L2 reduction /
+    # read / write sectors, DRAM bytes and the usual pipes and stalls, for the power question (NOTES-bwd.md,
+    # forty-first session: D 128 N 16k needs fewer cycles than cuDNN but runs at a lower clock); then the
+    # deterministic backward against the default with what is left
     need .devbin/new/addon.xz
     use_addon new
     mkdir -p "$OUT/h"
-    TURNS_ROUNDS=5 TURNS_TIMEOUT=330 OUT=$OUT/h bash scripts/gpu-run.sh turns > "$OUT/h/turns-step.log" 2>&1
+    TURNS_ROUNDS=5 TURNS_TIMEOUT=${TT:-320} OUT=$OUT/h bash scripts/gpu-run.sh turns > "$OUT/h/turns-step.log" 2>&1
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/h/turns.log") rows"
-    timeout 110 node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
-      --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
-    log "deterministic rc=$?"
-    PROF_CELLS="bwd:float16:128:16384:0 bwd:float16:128:8192:0" PROF_SECTIONS="--section MemoryWorkloadAnalysis_Tables" \
+    PROF_CELLS="${PC:-bwd:float16:128:16384:0}" PROF_SECTIONS="--section MemoryWorkloadAnalysis_Tables" \
       PROF_METRICS="lts__t_sectors_op_red.sum,lts__t_requests_op_red.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum" \
-      OUT=$OUT/h timeout $(( ${YEND:-570} - 15 - $(el) )) bash scripts/gpu-run.sh cudnn-prof > "$OUT/h/prof-step.log" 2>&1
+      OUT=$OUT/h timeout ${PT:-110} bash scripts/gpu-run.sh cudnn-prof > "$OUT/h/prof-step.log" 2>&1
     log "prof rc=$?"
     [ -d /tmp/prof-out ] && cp -r /tmp/prof-out "$OUT/h/"
+    timeout $(( ${YEND:-570} - 10 - $(el) )) node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
+      --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
+    log "deterministic rc=$?"
     cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
   s)
     # forty-second session, call 1: the cp.async Hopper backward (packed batches; FA_BWD_SM90=cpasync on dense
