@@ -19,8 +19,9 @@
 //   FA_WS_QREG      default 1: the D <= 128 warp-specialised forward holds Q in registers (kQReg); 0 for comparisons
 //   FA_WS_SKIP_IDLE_WG default 1: in the dense / packed / paged warp-specialised forward a warpgroup whose rows all
 //                   lie past the sequence's end walks the tile without products (kSkipIdle); 0 for comparisons
-//   FA_BWD_WS_STAGED_DKDV default 1: the warp-specialised backward (key and row split) writes dK / dV through
-//                   shared memory with 16-byte stores; 0 for comparisons (the 4-byte stores from registers)
+//   FA_BWD_WS_STAGED_DKDV default 1: the Hopper backward kernels (warp-specialised, both splits; cp.async, packed
+//                   batches) write dK / dV through shared memory with 16-byte stores; 0 for comparisons (the 4-byte
+//                   stores from registers)
 //   FA_BWD_WS_TMA_DKDV 1: development build whose warp-specialised backward (key split only) writes dK / dV
 //                   through shared memory by tensor-map stores (measured equal to the staged epilogue)
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches

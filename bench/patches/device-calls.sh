@@ -6,6 +6,12 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Forty-second session: s and hp ran on an H100 (seven other requests got no machine): the cp.async backward's
+# staged epilogue (d2fd180) A/B'd and tested, the fwd + bwd turns grid, ncu at D 128 N 16k, the deterministic
+# backward (RESULTS.md, forty-second section). Still to do on the H200 when it is lent: hp there (issue 12 is read
+# on the H200; `.devbin/new` = d2fd180's 90a build), then t. Next idea to build (NOTES-bwd.md): Q / dO multicast
+# over a 2-CTA cluster in the warp-specialised backward.
+#
 # Forty-first session: w, v and q ran (all on an H100): the staged epilogue is the default now (31774c0), the
 # dQ-tail patch does not pay. NEXT, on the H200 when it is lent (issue 12 is read there):
 #   Here first (.devbin/ is ignored by git; skip what a checkout already holds): `bash scripts/ab-builds.sh
