@@ -144,6 +144,27 @@ case "${1:-w}" in
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/s bash scripts/gpu-run.sh tests-san > "$OUT/s/tests-san-step.log" 2>&1
     log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/s/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/s/"; tar -C "$OUT" -cJf "$OUT/s.tar.xz" s && rm -rf "$OUT/s" ;;
+  p)
+    # forty-second session, call 3: where the D 128 backward's energy goes. Two probe builds (dQ wrong by design,
+    # timing / power only; D 128 only): .devbin/noreduce (bwd-dq-probe-noreduce.patch: the dQ writer issues no
+    # reduce-add) and .devbin/nostage (bwd-dq-probe-nostage.patch: no dQ image staged either), against this build
+    # in turns with 200 ms rounds, where the 700 W cap sets the clock: at the cap, time per call ~ energy per
+    # call. Then the backward block timelines (.devbin/htrace) with what is left.
+    need .devbin/new/addon.xz; need .devbin/noreduce/addon.xz; need .devbin/nostage/addon.xz
+    use_addon new
+    mkdir -p "$OUT/p"
+    AB_DIR=bwd AB_TAG=probe AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=45 AB_ARGS="--hdim 128 --seqlen 4096,16384 --api-ms 200" \
+      AB_ADDON=".devbin/noreduce/addon.xz .devbin/nostage/addon.xz" OUT=$OUT/p timeout 200 bash scripts/gpu-run.sh fwd-ab \
+      > "$OUT/p/ab-step.log" 2>&1
+    log "probe ab rc=$?"
+    use_addon new
+    if [ -f .devbin/htrace/addon.xz ]; then
+      TRACE_ADDON=.devbin/htrace/addon.xz TRACE_DIR=bwd TRACE_CELLS="128:512:0 128:4096:0 64:512:0 128:1024:1" \
+        OUT=$OUT/p timeout $(( ${YEND:-250} - 10 - $(el) )) bash scripts/gpu-run.sh trace > "$OUT/p/trace-step.log" 2>&1
+      log "trace rc=$?"
+    fi
+    use_addon new
+    cp "$OUT/calls.log" "$OUT/p/"; tar -C "$OUT" -cJf "$OUT/p.tar.xz" p && rm -rf "$OUT/p" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -157,5 +178,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|h|hp|s|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|h|hp|s|p|t|c"; exit 2 ;;
 esac
