@@ -165,6 +165,19 @@ case "${1:-w}" in
     fi
     use_addon new
     cp "$OUT/calls.log" "$OUT/p/"; tar -C "$OUT" -cJf "$OUT/p.tar.xz" p && rm -rf "$OUT/p" ;;
+  d)
+    # forty-second session, call 4: dQ added by the consumers themselves (.devbin/direct,
+    # bwd-dq-probe-direct.patch: red.global.add.v4 from the accumulators, no image in shared memory; dQ right in
+    # the dense atomic mode at D 128) against this build and .devbin/nostage in turns, 200 ms rounds
+    need .devbin/new/addon.xz; need .devbin/direct/addon.xz; need .devbin/nostage/addon.xz
+    use_addon new
+    mkdir -p "$OUT/d"
+    AB_DIR=bwd AB_TAG=direct AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=45 AB_ARGS="--hdim 128 --seqlen 512,4096,16384 --api-ms 200" \
+      AB_ADDON=".devbin/direct/addon.xz .devbin/nostage/addon.xz" OUT=$OUT/d timeout ${YEND:-110} bash scripts/gpu-run.sh fwd-ab \
+      > "$OUT/d/ab-step.log" 2>&1
+    log "direct ab rc=$?"
+    use_addon new
+    cp "$OUT/calls.log" "$OUT/d/"; tar -C "$OUT" -cJf "$OUT/d.tar.xz" d && rm -rf "$OUT/d" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -178,5 +191,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|h|hp|s|p|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|h|hp|s|p|d|t|c"; exit 2 ;;
 esac
