@@ -8,9 +8,11 @@
 #
 # Forty-second session: s and hp ran on an H100 (seven other requests got no machine): the cp.async backward's
 # staged epilogue (d2fd180) A/B'd and tested, the fwd + bwd turns grid, ncu at D 128 N 16k, the deterministic
-# backward (RESULTS.md, forty-second section). Still to do on the H200 when it is lent: hp there (issue 12 is read
-# on the H200; `.devbin/new` = d2fd180's 90a build), then t. Next idea to build (NOTES-bwd.md): Q / dO multicast
-# over a 2-CTA cluster in the warp-specialised backward.
+# backward (RESULTS.md, forty-second section); then p (the dQ-path probes: staging the dQ image is ~20% of the
+# D 128 backward's cycles) and the block timelines. NEXT: d (dQ added by the consumers straight from the
+# accumulators, .devbin/direct = bwd-dq-probe-direct.patch at D 128; rebuild it with `bash scripts/ab-builds.sh
+# direct=patch:bench/patches/bwd-dq-probe-direct.patch,FA_HEAD_DIMS=128` and .devbin/nostage likewise where a checkout
+# lacks them), then hp on the H200 when it is lent (issue 12 is read there; `.devbin/new` = d2fd180's 90a build).
 #
 # Forty-first session: w, v and q ran (all on an H100): the staged epilogue is the default now (31774c0), the
 # dQ-tail patch does not pay. NEXT, on the H200 when it is lent (issue 12 is read there):
