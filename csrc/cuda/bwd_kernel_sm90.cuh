@@ -115,12 +115,13 @@ __device__ __forceinline__ void sm90_bwd_store_dkdv(const BwdArgs& a, const floa
 }
 
 // The same epilogue through shared memory (FA_BWD_WS_STAGED_DKDV builds, the default; both Hopper
-// kernels, the warp-specialised one in both splits and the cp.async one): one warp's 16 keys wkey.. (relative to key0) x NC columns
-// col0.. of dK (times scale) and dV, packed to 16 bits into its own regions sk / sv of 16 rows x 2 NC
-// bytes (16-byte chunks XOR-swizzled by key % 8, so that the 8 keys of one store instruction hit
-// distinct banks), then written with 16-byte global stores of whole row chunks. In place of
-// sm90_bwd_store_dkdv's 4-byte stores (at W 128, 64 per thread, each warp instruction half of 8
-// sectors): 1.02-1.11x the key split's backward on an H100 (NOTES-bwd.md, forty-first session).
+// kernels: the warp-specialised one in both splits, and the cp.async one): one warp's 16 keys wkey..
+// (relative to key0) x NC columns col0.. of dK (times scale) and dV, packed to 16 bits into its own
+// regions sk / sv of 16 rows x 2 NC bytes (16-byte chunks XOR-swizzled by key % 8, so that the 8 keys
+// of one store instruction hit distinct banks), then written with 16-byte global stores of whole row
+// chunks. In place of sm90_bwd_store_dkdv's 4-byte stores (at W 128, 64 per thread, each warp
+// instruction half of 8 sectors): 1.02-1.11x the warp-specialised backward and 1.03-1.10x the
+// cp.async one on an H100 (NOTES-bwd.md, forty-first and forty-second sessions).
 // head_dim % 8 == 0 and 16-byte aligned rows on CUDA (bwd_api.cu checks), so a chunk is all in or
 // all out.
 template <typename T, int NC>
@@ -562,7 +563,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
   // barrier. Key split: warp (wg, wq)'s 16 keys are rows wkey0 + 16 wq.. of the [key][2 W bytes]
   // images, which fill the tiles exactly. Row split: warpgroup wg's image, [BN keys][2 NC bytes],
   // is half of a tile.
-  static_assert(Tr::kTileKV == (kKeySplit ? BN * 2 * NC : 2 * BN * 2 * NC), "the dK / dV images fill K's and V's tiles");
+  static_assert(Tr::kTileKV == (kKeySplit ? BN * 2 * NC : 2 * BN * 2 * NC),
+                "the dK / dV images fill K's and V's tiles");
   __syncthreads();
   {
     const int wkey = wkey0 + wq * 16;
