@@ -6,7 +6,7 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# Forty-second session: s and hp ran on an H100 (seven other requests got no machine): the cp.async backward's
+# Forty-second session: s and hp ran on an H100 (about ten other requests got no machine): the cp.async backward's
 # staged epilogue (d2fd180) A/B'd and tested, the fwd + bwd turns grid, ncu at D 128 N 16k, the deterministic
 # backward (RESULTS.md, forty-second section); then p (the dQ-path probes: staging the dQ image is ~20% of the
 # D 128 backward's cycles) and the block timelines. NEXT: d (dQ added by the consumers straight from the
@@ -22,10 +22,11 @@
 #   ab-builds.sh does); then
 #   `npm run build:ts && bash ../shared/gpu/pack.sh .gpu`. A call returns at most 8 files (so each case tars its
 #   logs); a call after the machine's 30 s idle release pays a fresh start, ~100 s with the transfers.
-#   h: carry [".gpu", "dist", ".devbin/new"], command
-#     `YEND=560 bash bench/patches/device-calls.sh h`: the whole fwd + bwd grid against cuDNN in turns (the H200
-#     figures of issue 12 for the new build), then the deterministic backward against the default.
-#   t (after h, ~3 min): carry [".gpu", "dist", ".devbin/new", ".devbin/htrace"]: the new kernels' backward block
+#   hp (the forty-second session's form of the planned call h, which it replaces): carry [".gpu", "dist",
+#     ".devbin/new"], command `YEND=500 bash bench/patches/device-calls.sh hp`: the whole fwd + bwd grid against
+#     cuDNN in turns (the H200 figures of issue 12 for the new build), ncu at D 128 N 16k, then the deterministic
+#     backward against the default.
+#   t (after hp, ~3 min): carry [".gpu", "dist", ".devbin/new", ".devbin/htrace"]: the new kernels' backward block
 #     timelines (fill / walk / epilogue / writer tail / gap per tile), to see what is left of the per-tile cost.
 #   c (optional, ~3 min, carry [".gpu", "dist", ".devbin/base"]): the mma.sync (sm80) path's forward and backward
 #     against torch flash with fresh gradients (FA_NO_WGMMA=1): the closed FA2 issue's margins were read while
@@ -98,18 +99,6 @@ case "${1:-w}" in
       > "$OUT/q/tests-dqtail.log" 2>&1
     log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
-  h)
-    # issue 12 on the H200 with the new default build: fwd + bwd grid in turns with cuDNN, then the deterministic
-    # backward (fp16 / bf16, D 64 / 128 / 256, N 1k / 4k) against the default in the bench CLI
-    need .devbin/new/addon.xz
-    use_addon new
-    mkdir -p "$OUT/h"
-    TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-560} - 120 )) OUT=$OUT/h bash scripts/gpu-run.sh turns > "$OUT/h/turns-step.log" 2>&1
-    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/h/turns.log") rows"
-    timeout $(( ${YEND:-560} - 10 - $(el) )) node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
-      --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
-    log "deterministic rc=$?"
-    cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
   hp)
     # forty-second session, call 2: the fwd + bwd grid in turns with cuDNN (each step capped), then ncu on the
     # backward at fp16 D 128 full N 16k, ours (preprocess / main / convert) and cuDNN's bprop: L2 reduction /
@@ -193,5 +182,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|h|hp|s|p|d|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|t|c"; exit 2 ;;
 esac
