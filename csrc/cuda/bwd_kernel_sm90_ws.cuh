@@ -40,6 +40,14 @@
 #define FA_BWD_WS_TMA_DKDV 0
 #endif
 
+#ifndef FA_BWD_WS_DQ_FIRST
+// The key split's order at the end of a block (W 128, no dQ turns): 1 (probe, forty-third session)
+// issues the dQ product before dK += dS^T Q, waits for dQ only and stages its image while dK runs
+// (the order FlashAttention-3's backward uses); 0 issues dK before the block barrier and stages dQ
+// once every product is done, with the tensor cores idle meanwhile
+#define FA_BWD_WS_DQ_FIRST 0
+#endif
+
 namespace fa {
 namespace cuda {
 
@@ -180,6 +188,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // W 64: dQ of a block is one warpgroup's, in turns (block it: warpgroup it % 2), over all 128 keys
   // and all 64 columns; the other warpgroup goes on to block it+1 meanwhile (see finish below).
   constexpr bool kTurnDq = !Tr::kRowSplit && Tr::kHeadDim == 64;
+  constexpr bool kDqFirst = FA_BWD_WS_DQ_FIRST && !kTurnDq;  // (the key split's finish below)
   // (W 128 in turns, m64n128 over the 128 keys: 0.87-0.94x, the one dQ product per block as long as
   // the rest of a warpgroup's block; NOTES-bwd.md.)
   const BwdArgs& a = ta.a;
@@ -508,10 +517,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       }
       float dq[NQ / 2];
       issue_dq(dq);
+#if FA_BWD_WS_DQ_FIRST
+      // dK += dS^T Q after the dQ product: the dQ image is staged while dK runs on the tensor cores.
+      sm90::wgmma_fence();
+      issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // dV and dQ (dK may still run)
+      sm90::reg_fence<NQ / 2>(dq);
+      store_dq(dq, it);
+      sm90::wgmma_wait<0>();
+      release_stage();
+#else
       sm90::wgmma_wait<0>();
       sm90::reg_fence<NQ / 2>(dq);
       release_stage();
       store_dq(dq, it);
+#endif
     };
 
     // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
@@ -537,7 +558,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
         sm90::wgmma_fence();
         issue_dvdk(pa, dv, ddO_mn + st * kStage);
-        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+        if (!kDqFirst) issue_dvdk(dsa, dk, dQ_mn + st * kStage);
         sm90::wgmma_commit();
         finish(it, st, db, pa, dsa);
       }
@@ -569,9 +590,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         pack_a(dp, dsa);
         bwd_ws_store_dst<BM>(sdS + db * Tr::kTileP, dsa, wkey0 + wq * 16, lane);
         sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-        sm90::wgmma_fence();
-        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
-        sm90::wgmma_commit();
+        if (!kDqFirst) {
+          sm90::wgmma_fence();
+          issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+          sm90::wgmma_commit();
+        }
         finish(it, st, db, pa, dsa);
       }
     };
