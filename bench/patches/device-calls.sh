@@ -169,6 +169,24 @@ case "${1:-w}" in
     log "direct ab rc=$?"
     use_addon new
     cp "$OUT/calls.log" "$OUT/d/"; tar -C "$OUT" -cJf "$OUT/d.tar.xz" d && rm -rf "$OUT/d" ;;
+  f)
+    # forty-third session, call 2: FA_BWD_WS_DQ_FIRST (.devbin/dqfirst: the W 128 key split issues the dQ product
+    # before dK and stages the dQ image while dK runs, FA3's order) against this build in turns, 200 ms rounds, then
+    # the backward test files on it
+    need .devbin/new/addon.xz; need .devbin/dqfirst/addon.xz
+    use_addon new
+    mkdir -p "$OUT/f"
+    AB_DIR=bwd AB_TAG=dqfirst AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=45 \
+      AB_ARGS="--dtype fp16,bf16 --hdim 128,256 --seqlen 512,2048,16384 --api-ms 150" \
+      AB_ADDON=".devbin/dqfirst/addon.xz" OUT=$OUT/f timeout ${YAB:-150} bash scripts/gpu-run.sh fwd-ab \
+      > "$OUT/f/ab-step.log" 2>&1
+    log "dqfirst ab rc=$?"
+    use_addon dqfirst
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-330} - 10 - $(el) )) npx vitest run test/cuda/backward.test.ts \
+      test/cuda/bwd-walks.test.ts > "$OUT/f/tests-dqfirst.log" 2>&1
+    log "dqfirst tests rc=$? $(grep -aE 'Tests ' "$OUT/f/tests-dqfirst.log" | tail -1)"
+    use_addon new
+    cp "$OUT/calls.log" "$OUT/f/"; tar -C "$OUT" -cJf "$OUT/f.tar.xz" f && rm -rf "$OUT/f" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -182,5 +200,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|t|c"; exit 2 ;;
 esac
