@@ -24,8 +24,8 @@
 //                   stores from registers)
 //   FA_BWD_WS_TMA_DKDV 1: development build whose warp-specialised backward (key split only) writes dK / dV
 //                   through shared memory by tensor-map stores (measured equal to the staged epilogue)
-//   FA_BWD_WS_DQ_FIRST 1: the W 128 warp-specialised backward issues each block's dQ product before dK and stages
-//                   the dQ image while dK runs
+//   FA_BWD_WS_DQ_FIRST default 1: the W 128 warp-specialised backward issues each block's dQ product before dK and
+//                   stages the dQ image while dK runs; 0 for comparisons
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';
@@ -52,7 +52,7 @@ const settings = {
   FA_WS_SKIP_IDLE_WG: /^(0|off|false|no)$/i.test(opt('FA_WS_SKIP_IDLE_WG', '')) ? 'OFF' : 'ON',
   FA_BWD_WS_STAGED_DKDV: /^(0|off|false|no)$/i.test(opt('FA_BWD_WS_STAGED_DKDV', '')) ? 'OFF' : 'ON',
   FA_BWD_WS_TMA_DKDV: /^(1|on|true|yes)$/i.test(opt('FA_BWD_WS_TMA_DKDV', '')) ? 'ON' : 'OFF',
-  FA_BWD_WS_DQ_FIRST: /^(1|on|true|yes)$/i.test(opt('FA_BWD_WS_DQ_FIRST', '')) ? 'ON' : 'OFF',
+  FA_BWD_WS_DQ_FIRST: /^(0|off|false|no)$/i.test(opt('FA_BWD_WS_DQ_FIRST', '')) ? 'OFF' : 'ON',
   FA_VERSION: pkg.version,
 };
 const jobs = Number(opt('FA_JOBS', String(os.cpus().length))) || 2;

@@ -187,6 +187,20 @@ case "${1:-w}" in
     log "dqfirst tests rc=$? $(grep -aE 'Tests ' "$OUT/f/tests-dqfirst.log" | tail -1)"
     use_addon new
     cp "$OUT/calls.log" "$OUT/f/"; tar -C "$OUT" -cJf "$OUT/f.tar.xz" f && rm -rf "$OUT/f" ;;
+  g)
+    # forty-third session, call 3: this tree's build with FA_BWD_WS_DQ_FIRST on (.devbin/new2, all head dims)
+    # through the GPU suite with the sanitizers, then the D 128 backward cells against cuDNN in turns
+    need .devbin/new2/addon.xz
+    use_addon new2
+    mkdir -p "$OUT/g"
+    TEST_TIMEOUT=${ST:-330} OUT=$OUT/g bash scripts/gpu-run.sh tests-san > "$OUT/g/tests-san-step.log" 2>&1
+    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/g/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    cells=""; for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
+      cells="$cells $dt:128:$N:$c"; done; done; done
+    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-590} - 10 - $(el) )) OUT=$OUT/g \
+      bash scripts/gpu-run.sh turns > "$OUT/g/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/g/turns.log") rows"
+    cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -200,5 +214,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|g|t|c"; exit 2 ;;
 esac

@@ -23,6 +23,8 @@
 //     buffers, alternating per block), dV += P^T dO_i and dK += dS^T Q_i (RS wgmma; dK, dV stay in
 //     registers for the whole walk), then a named barrier of the 256 consumer threads (both halves
 //     of dS^T written) and dQ_i = dS K_j for its half of the columns (SS wgmma), into the dQ buffer.
+//     At W 128 (FA_BWD_WS_DQ_FIRST) dK is issued after the barrier, behind the dQ product, so that
+//     the dQ share goes into its buffer while dK runs.
 // Two walks of the consumers: the plain one (S^T / dP^T, then P^T and dS^T together) and, at W 128
 // without a score modifier, the overlapped one (P^T while dP^T is in flight, dS^T while dV is).
 // No consumer warp issues a global load or a global reduction; the producer joins no barrier after
@@ -41,11 +43,13 @@
 #endif
 
 #ifndef FA_BWD_WS_DQ_FIRST
-// The order at the end of a block (W 128 key split and W 256 row split; not the W 64 dQ turns): 1 (probe, forty-third session)
-// issues the dQ product before dK += dS^T Q, waits for dQ only and stages its image while dK runs
-// (the order FlashAttention-3's backward uses); 0 issues dK before the block barrier and stages dQ
-// once every product is done, with the tensor cores idle meanwhile
-#define FA_BWD_WS_DQ_FIRST 0
+// CMake option FA_BWD_WS_DQ_FIRST (ON): at the end of a block the W 128 key split issues the dQ
+// product before dK += dS^T Q, waits for dQ only and stages its image while dK runs (the order
+// FlashAttention-3's backward uses; 1.02-1.03x at N >= 2k on an H100, forty-third session); 0 issues
+// dK before the block barrier and stages dQ once every product is done, with the tensor cores idle
+// meanwhile. (The W 64 dQ turns keep their order; the row split's form of the same, chunk 0 staged
+// in dO's columns while dK runs, measured 0.99x at W 256 and was taken out: c7b4a6c.)
+#define FA_BWD_WS_DQ_FIRST 1
 #endif
 
 namespace fa {
@@ -265,8 +269,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
               const uint32_t stage = (it & 1) * Tr::kTileQ;
 #pragma unroll
               for (int tile = 0; tile < 16; ++tile) {  // tile = 4 wq + 2 cw + c
-                const bool in_do = (tile & 1) != FA_BWD_WS_DQ_FIRST;  // chunk c's tile (the consumers' order)
-                const uint32_t src = (in_do ? sdO : sQ) + stage + (tile & 2) * (Tr::kTileQ / 4) + (tile >> 2) * 4096;
+                const uint32_t src = ((tile & 1) ? sdO : sQ) + stage + (tile & 2) * (Tr::kTileQ / 4) + (tile >> 2) * 4096;
                 bulk_reduce_add_f32(dst + tile * 1024, src, 4096);
               }
             },
@@ -355,12 +358,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
         sm90::Wgmma<T, NC>::template ss<0, 1>(dv, dPt_a + (buf >> 4) + sm90::kstep(kk, BN), ddO_mn + st * kStage + kk * kMnStep, 1);
-      auto issue_dk = [&]() {
 #pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk)
-          sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + sm90::kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
-      };
-      if (!FA_BWD_WS_DQ_FIRST) issue_dk();
+      for (int kk = 0; kk < BM / 16; ++kk)
+        sm90::Wgmma<T, NC>::template ss<0, 1>(dk, ddSt_a + (buf >> 4) + sm90::kstep(kk, BN), dQ_mn + st * kStage + kk * kMnStep, 1);
       sm90::wgmma_commit();
 #pragma unroll
       for (int c = 0; c < NC / QC; ++c) {
@@ -375,30 +375,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
               dq, ddSt_mn + (buf >> 4) + kk * kMnStep,
               dK_mn + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4) + kk * kMnStep, kk > 0);
         sm90::wgmma_commit();
-#if FA_BWD_WS_DQ_FIRST
-        // dK after chunk 0's product: chunk 0 goes into dO's columns (dV, their last reader, is done once
-        // chunk 0 is) while dK, which reads Q's, runs; chunk 1 into Q's after everything.
-        if (c == 0) {
-          sm90::wgmma_fence();
-          issue_dk();
-          sm90::wgmma_commit();
-          sm90::wgmma_wait<1>();
-        } else {
-          sm90::wgmma_wait<0>();
-        }
-        constexpr bool kQFirst = false;
-#else
         sm90::wgmma_wait<0>();  // (chunk 0: also dV / dK, the last readers of this warpgroup's columns)
-        constexpr bool kQFirst = true;
-#endif
         sm90::reg_fence<QC / 2>(dq);
-        // Warp wq's 16 x QC tile, in its warpgroup's columns of the stage's Q or dO tile (chunk 0 in Q's
-        // when kQFirst).
-        bwd_ws_stage_dq<QC>(reinterpret_cast<float*>(smem + ((c == 0) == kQFirst ? Tr::kOffQ : Tr::kOffDo) +
-                                                     st * Tr::kTileQ + cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4)),
+        // Warp wq's 16 x QC tile, in its warpgroup's columns of the stage's Q (c = 0) or dO tile.
+        bwd_ws_stage_dq<QC>(reinterpret_cast<float*>(smem + (c ? Tr::kOffDo : Tr::kOffQ) + st * Tr::kTileQ +
+                                                     cw * (Tr::kTileQ / 2) + wq * (16 * QC * 4)),
                             dq, lane);
       }
-      static_assert(NC / QC == 2, "row split: two dQ chunks, one in Q's tile and one in dO's");
       sm90::reg_fence<NC / 2>(dv);
       sm90::reg_fence<NC / 2>(dk);
       sm90::fence_proxy_async_smem();  // for the writer's bulk reductions
