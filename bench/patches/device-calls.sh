@@ -201,6 +201,23 @@ case "${1:-w}" in
       bash scripts/gpu-run.sh turns > "$OUT/g/turns-step.log" 2>&1
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/g/turns.log") rows"
     cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
+  w6)
+    # forty-third session, call 5: FA_BWD_WS_DQ_FIRST_W64 (.devbin/w64first, bwd-dqfirst-w64.patch: the W 64 turn's
+    # warpgroup issues dK behind its dQ product) against .devbin/new2 (01fa2e8) in turns, then the backward test files
+    need .devbin/new2/addon.xz; need .devbin/w64first/addon.xz
+    use_addon new2
+    mkdir -p "$OUT/w6"
+    AB_DIR=bwd AB_TAG=w64first AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=45 \
+      AB_ARGS="--dtype fp16,bf16 --hdim 64 --seqlen 512,2048,8192 --api-ms 150" \
+      AB_ADDON=".devbin/w64first/addon.xz" OUT=$OUT/w6 timeout ${YAB:-110} bash scripts/gpu-run.sh fwd-ab \
+      > "$OUT/w6/ab-step.log" 2>&1
+    log "w64first ab rc=$?"
+    use_addon w64first
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-300} - 10 - $(el) )) npx vitest run test/cuda/backward.test.ts \
+      test/cuda/bwd-walks.test.ts > "$OUT/w6/tests-w64first.log" 2>&1
+    log "w64first tests rc=$? $(grep -aE 'Tests ' "$OUT/w6/tests-w64first.log" | tail -1)"
+    use_addon new2
+    cp "$OUT/calls.log" "$OUT/w6/"; tar -C "$OUT" -cJf "$OUT/w6.tar.xz" w6 && rm -rf "$OUT/w6" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -214,5 +231,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|g|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|g|w6|t|c"; exit 2 ;;
 esac
