@@ -51,10 +51,6 @@
 // in dO's columns while dK runs, measured 0.99x at W 256 and was taken out: c7b4a6c.)
 #define FA_BWD_WS_DQ_FIRST 1
 #endif
-#ifndef FA_BWD_WS_DQ_FIRST_W64
-// (probe) the same at W 64 for the warpgroup whose turn the block's dQ product is
-#define FA_BWD_WS_DQ_FIRST_W64 0
-#endif
 
 namespace fa {
 namespace cuda {
@@ -197,7 +193,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   // and all 64 columns; the other warpgroup goes on to block it+1 meanwhile (see finish below).
   constexpr bool kTurnDq = !Tr::kRowSplit && Tr::kHeadDim == 64;
   constexpr bool kDqFirst = FA_BWD_WS_DQ_FIRST && !kTurnDq;  // (the key split's finish below)
-  constexpr bool kTurnDqFirst = FA_BWD_WS_DQ_FIRST_W64 && kTurnDq;  // (the same for the W 64 turn's warpgroup)
   // (W 128 in turns, m64n128 over the 128 keys: 0.87-0.94x, the one dQ product per block as long as
   // the rest of a warpgroup's block; NOTES-bwd.md.)
   const BwdArgs& a = ta.a;
@@ -504,16 +499,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         if (cw == (it & 1)) {
           float dq[W / 2];
           issue_dq(dq);
-          if constexpr (kTurnDqFirst) {  // dK behind dQ: the image below goes out while dK runs
-            sm90::wgmma_fence();
-            issue_dvdk(dsa, dk, dQ_mn + st * kStage);
-            sm90::wgmma_commit();
-            sm90::wgmma_wait<1>();  // dV and dQ
-          } else {
-            sm90::wgmma_wait<1>();  // dV / dK
-            release_stage();
-            sm90::wgmma_wait<0>();
-          }
+          sm90::wgmma_wait<1>();  // dV / dK
+          release_stage();
+          sm90::wgmma_wait<0>();
           sm90::reg_fence<W / 2>(dq);
           // Buffer it % 2 (this warpgroup's), once the writer has read block it-2's image out of it;
           // warp wq's 16 rows as two 16 x 32 tiles (columns 0.. and 32..), the image's order.
@@ -525,10 +513,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
             bwd_ws_stage_dq<NQ>(dst + c * (16 * NQ), *reinterpret_cast<const float(*)[NQ / 2]>(&dq[c * (NQ / 2)]), lane);
           sm90::fence_proxy_async_smem();  // for the writer's bulk reduction
           release(bar_dqf + 8 * d);
-          if constexpr (kTurnDqFirst) {
-            sm90::wgmma_wait<0>();  // dK
-            release_stage();
-          }
         } else {
           sm90::wgmma_wait<0>();
           release_stage();
@@ -578,7 +562,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
         sm90::wgmma_fence();
         issue_dvdk(pa, dv, ddO_mn + st * kStage);
-        if (!kDqFirst && !(kTurnDqFirst && cw == (it & 1))) issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+        if (!kDqFirst) issue_dvdk(dsa, dk, dQ_mn + st * kStage);
         sm90::wgmma_commit();
         finish(it, st, db, pa, dsa);
       }
@@ -610,7 +594,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         pack_a(dp, dsa);
         bwd_ws_store_dst<BM>(sdS + db * Tr::kTileP, dsa, wkey0 + wq * 16, lane);
         sm90::fence_proxy_async_smem();  // dS^T for the other warpgroup's dQ product
-        if (!kDqFirst && !(kTurnDqFirst && cw == (it & 1))) {
+        if (!kDqFirst) {
           sm90::wgmma_fence();
           issue_dvdk(dsa, dk, dQ_mn + st * kStage);
           sm90::wgmma_commit();
