@@ -6,6 +6,11 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Forty-third session (all on an H100): d (the direct dQ reduction: 0.92-0.99x, not pursued), f (FA_BWD_WS_DQ_FIRST:
+# 1.01-1.03x at D 128, now the default; its row-split form 0.99x, taken out), g (GPU suite + sanitizers on 01fa2e8),
+# hp (the grid: bwd 44 / 72), w6 (the same at W 64: 0.994-1.001x; its patch is gone, see ab14e56). NEXT: hp on the
+# H200 when it is lent, with .devbin/new = this tree's 90a build (issue 12 is read there).
+#
 # Forty-second session: s and hp ran on an H100 (about ten other requests got no machine): the cp.async backward's
 # staged epilogue (d2fd180) A/B'd and tested, the fwd + bwd turns grid, ncu at D 128 N 16k, the deterministic
 # backward (RESULTS.md, forty-second section); then p (the dQ-path probes: staging the dQ image is ~20% of the
@@ -202,7 +207,8 @@ case "${1:-w}" in
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/g/turns.log") rows"
     cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
   w6)
-    # forty-third session, call 5: FA_BWD_WS_DQ_FIRST_W64 (.devbin/w64first, bwd-dqfirst-w64.patch: the W 64 turn's
+    # forty-third session, call 5 (0.994-1.001x; the switch and its patch were removed after, see ab14e56):
+    # FA_BWD_WS_DQ_FIRST_W64 (.devbin/w64first, bwd-dqfirst-w64.patch: the W 64 turn's
     # warpgroup issues dK behind its dQ product) against .devbin/new2 (01fa2e8) in turns, then the backward test files
     need .devbin/new2/addon.xz; need .devbin/w64first/addon.xz
     use_addon new2
