@@ -224,6 +224,27 @@ case "${1:-w}" in
     log "w64first tests rc=$? $(grep -aE 'Tests ' "$OUT/w6/tests-w64first.log" | tail -1)"
     use_addon new2
     cp "$OUT/calls.log" "$OUT/w6/"; tar -C "$OUT" -cJf "$OUT/w6.tar.xz" w6 && rm -rf "$OUT/w6" ;;
+  cp)
+    # forty-third session, call 6: FA_BWD_CP_DQ_FIRST (.devbin/cpfirst, bwd-cp-dqfirst.patch: the cp.async kernel's
+    # key split issues dK behind the dQ product and adds dQ while dK runs) against .devbin/new2 in turns, on dense
+    # calls through the cp.async kernel (FA_BWD_SM90=cpasync), then the backward tests on it (dense through the
+    # cp.async kernel, and the packed backward cases)
+    need .devbin/new2/addon.xz; need .devbin/cpfirst/addon.xz
+    use_addon new2
+    mkdir -p "$OUT/cp"
+    AB_DIR=bwd AB_TAG=cpfirst AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=30 AB_ARGS="--hdim 64,128 --seqlen 512,2048" \
+      AB_ADDON="env:FA_BWD_SM90=cpasync env:FA_BWD_SM90=cpasync@.devbin/cpfirst/addon.xz" OUT=$OUT/cp \
+      timeout ${YAB:-70} bash scripts/gpu-run.sh fwd-ab > "$OUT/cp/ab-step.log" 2>&1
+    log "cpfirst ab rc=$?"
+    use_addon cpfirst
+    FA_REQUIRE_GPU=1 FA_BWD_SM90=cpasync timeout $(( (${YEND:-190} - 10 - $(el)) / 2 )) npx vitest run \
+      test/cuda/backward.test.ts > "$OUT/cp/tests-cpfirst-dense.log" 2>&1
+    log "cpfirst dense tests rc=$? $(grep -aE 'Tests ' "$OUT/cp/tests-cpfirst-dense.log" | tail -1)"
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-190} - 10 - $(el) )) npx vitest run test/cuda/inference.test.ts \
+      -t backward > "$OUT/cp/tests-cpfirst-packed.log" 2>&1
+    log "cpfirst packed tests rc=$? $(grep -aE 'Tests ' "$OUT/cp/tests-cpfirst-packed.log" | tail -1)"
+    use_addon new2
+    cp "$OUT/calls.log" "$OUT/cp/"; tar -C "$OUT" -cJf "$OUT/cp.tar.xz" cp && rm -rf "$OUT/cp" ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
@@ -237,5 +258,5 @@ case "${1:-w}" in
     FA_NO_WGMMA=1 timeout 300 node dist/bench/cli.js --dir fwd,bwd --dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096 \
       --causal both --api-ms 40 --compare torch --out "$OUT/fa2" > "$OUT/fa2.log" 2>&1
     log "fa2 path rc=$?" ;;
-  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|g|w6|t|c"; exit 2 ;;
+  *) echo "usage: device-calls.sh w|v|q|hp|s|p|d|f|g|w6|cp|t|c"; exit 2 ;;
 esac

@@ -33,6 +33,13 @@
 #define FA_BWD_WS_STAGED_DKDV 1
 #endif
 
+#ifndef FA_BWD_CP_DQ_FIRST
+// (probe, forty-third session) the cp.async kernel's key split issues dK += dS^T Q behind the dQ
+// product and adds dQ into the workspace while dK runs, as the warp-specialised kernel does at W 128
+// (FA_BWD_WS_DQ_FIRST)
+#define FA_BWD_CP_DQ_FIRST 0
+#endif
+
 namespace fa {
 namespace cuda {
 
@@ -299,6 +306,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
   constexpr bool kKeySplit = Tr::kKeySplit;
+  constexpr bool kCpDqFirst = FA_BWD_CP_DQ_FIRST && kKeySplit;  // (dK behind the dQ product, below)
   constexpr int W = Tr::kHeadDim;
   constexpr int BM = Tr::kBlockM;
   constexpr int BN = Tr::kBlockN;
@@ -478,9 +486,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk)
         sm90::Wgmma<T, NC>::rs(dv, pa[kk], ddO_mn + st * kStage + kk * kMnStep, 1);
+      if constexpr (!kCpDqFirst) {
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk)
-        sm90::Wgmma<T, NC>::rs(dk, dsa[kk], dQ_mn + st * kStage + kk * kMnStep, 1);
+        for (int kk = 0; kk < BM / 16; ++kk)
+          sm90::Wgmma<T, NC>::rs(dk, dsa[kk], dQ_mn + st * kStage + kk * kMnStep, 1);
+      }
       sm90::wgmma_commit();
       __syncthreads();  // dS^T of both warpgroups visible (the dV / dK products run meanwhile)
     } else {
@@ -524,7 +534,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
             dq, ddSt_mn + kk * kMnStep, dK_mn + ((((colq / 64) * BN * 128) + (colq % 64) * 2) >> 4) + kk * kMnStep,
             kk > 0);
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
+      if constexpr (kCpDqFirst) {  // dK behind the dQ product: the adds below go out while it runs
+        static_assert(NQ == QC, "the key split's dQ is one chunk");
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk)
+          sm90::Wgmma<T, NC>::rs(dk, dsa[kk], dQ_mn + st * kStage + kk * kMnStep, 1);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // dV and dQ
+      } else {
+        sm90::wgmma_wait<0>();
+      }
       sm90::reg_fence<QC / 2>(dq);
       float* const base = head_acc + (wq * (W / QC) + colq / QC) * (16 * QC);
 #pragma unroll
