@@ -24,8 +24,9 @@
 //                   stores from registers)
 //   FA_BWD_WS_TMA_DKDV 1: development build whose warp-specialised backward (key split only) writes dK / dV
 //                   through shared memory by tensor-map stores (measured equal to the staged epilogue)
-//   FA_BWD_WS_DQ_FIRST default 1: the W 128 warp-specialised backward issues each block's dQ product before dK and
-//                   stages the dQ image while dK runs; 0 for comparisons
+//   FA_BWD_WS_DQ_FIRST default 1: the Hopper backward kernels' key split (warp-specialised at W 128, cp.async at
+//                   W 64 / 128) issues each row block's dQ product before dK and writes dQ out while dK runs; 0 for
+//                   comparisons
 // cmake-js `compile` keeps a configured cache and ignores new -D options, so when the switches
 // differ from the last build's this script reconfigures from scratch.
 'use strict';

@@ -232,17 +232,22 @@ case "${1:-w}" in
     need .devbin/new2/addon.xz; need .devbin/cpfirst/addon.xz
     use_addon new2
     mkdir -p "$OUT/cp"
+    snap() { cp "$OUT/calls.log" "$OUT/cp/" 2>/dev/null; tar -C "$OUT" -cJf "$OUT/cp.tar.xz" cp; }  # (a cut call keeps what ran)
     AB_DIR=bwd AB_TAG=cpfirst AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=30 AB_ARGS="--hdim 64,128 --seqlen 512,2048" \
       AB_ADDON="env:FA_BWD_SM90=cpasync env:FA_BWD_SM90=cpasync@.devbin/cpfirst/addon.xz" OUT=$OUT/cp \
       timeout ${YAB:-70} bash scripts/gpu-run.sh fwd-ab > "$OUT/cp/ab-step.log" 2>&1
-    log "cpfirst ab rc=$?"
+    log "cpfirst ab rc=$?"; snap
     use_addon cpfirst
     FA_REQUIRE_GPU=1 FA_BWD_SM90=cpasync timeout $(( (${YEND:-190} - 10 - $(el)) / 2 )) npx vitest run \
       test/cuda/backward.test.ts > "$OUT/cp/tests-cpfirst-dense.log" 2>&1
-    log "cpfirst dense tests rc=$? $(grep -aE 'Tests ' "$OUT/cp/tests-cpfirst-dense.log" | tail -1)"
+    log "cpfirst dense tests rc=$? $(grep -aE 'Tests ' "$OUT/cp/tests-cpfirst-dense.log" | tail -1)"; snap
     FA_REQUIRE_GPU=1 timeout $(( ${YEND:-190} - 10 - $(el) )) npx vitest run test/cuda/inference.test.ts \
       -t backward > "$OUT/cp/tests-cpfirst-packed.log" 2>&1
-    log "cpfirst packed tests rc=$? $(grep -aE 'Tests ' "$OUT/cp/tests-cpfirst-packed.log" | tail -1)"
+    log "cpfirst packed tests rc=$? $(grep -aE 'Tests ' "$OUT/cp/tests-cpfirst-packed.log" | tail -1)"; snap
+    for tool in memcheck racecheck; do  # the smoke workload's packed backward runs the cp.async kernel
+      timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 node scripts/gpu-smoke.js > "$OUT/cp/san-$tool.log" 2>&1
+      log "cpfirst $tool rc=$? $(grep -aE 'SUMMARY' "$OUT/cp/san-$tool.log" | tail -1)"
+    done
     use_addon new2
     cp "$OUT/calls.log" "$OUT/cp/"; tar -C "$OUT" -cJf "$OUT/cp.tar.xz" cp && rm -rf "$OUT/cp" ;;
   t)

@@ -9,7 +9,9 @@
 //   dS^T (and, row split, P^T) -> shared memory as T, [key][row] rows contiguous    (barrier)
 //   dV_j += P^T dO_i, dK_j += dS^T Q_i for its keys x columns              (accumulators)
 //   dQ_i += dS K_j for its dQ columns, 64 at a time, added into the fp32 workspace with 16-byte
-//   reductions in the mma fragment order (DqLayout perm, tile 16 x 64; the convert kernel reads it)
+//   reductions in the mma fragment order (DqLayout perm, tile 16 x 64; the convert kernel reads it);
+//   key split (FA_BWD_WS_DQ_FIRST): dK_j += dS^T Q_i is issued behind the dQ product, not beside
+//   dV, so that the dQ reductions go out while dK runs
 // Operands come from shared memory through descriptors (wgmma.cuh): K, V, Q, dO in the 128-byte
 // swizzled layout (K-major where the head dim is the k of the product, MN-major through the
 // transpose bit where it is the n), dS^T MN-major as the A of dQ; P^T / dS^T as the A of dV / dK
@@ -33,11 +35,16 @@
 #define FA_BWD_WS_STAGED_DKDV 1
 #endif
 
-#ifndef FA_BWD_CP_DQ_FIRST
-// (probe, forty-third session) the cp.async kernel's key split issues dK += dS^T Q behind the dQ
-// product and adds dQ into the workspace while dK runs, as the warp-specialised kernel does at W 128
-// (FA_BWD_WS_DQ_FIRST)
-#define FA_BWD_CP_DQ_FIRST 0
+#ifndef FA_BWD_WS_DQ_FIRST
+// CMake option FA_BWD_WS_DQ_FIRST (ON by default; OFF for comparisons): at the end of a row block the
+// Hopper backward kernels' key split issues dK += dS^T Q behind the dQ product, waits for dQ only
+// and writes it out while dK runs (the order FlashAttention-3's backward uses), instead of writing
+// dQ once every product is done with the tensor cores idle meanwhile. The warp-specialised kernel
+// at W 128 (its dQ image into shared memory; 1.01-1.03x at N >= 2k on an H100) and the cp.async
+// kernel at W 64 / 128 (its reduce-adds into the workspace; 1.03-1.07x), forty-third session. (The
+// warp-specialised W 64 dQ turns keep their order: 0.99-1.00x, 72524bd; the row split's form, dQ
+// chunk 0 staged in dO's columns while dK runs, measured 0.99x at W 256: c7b4a6c.)
+#define FA_BWD_WS_DQ_FIRST 1
 #endif
 
 namespace fa {
@@ -306,7 +313,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90(const BwdArgs
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = typename Tr::T;
   constexpr bool kKeySplit = Tr::kKeySplit;
-  constexpr bool kCpDqFirst = FA_BWD_CP_DQ_FIRST && kKeySplit;  // (dK behind the dQ product, below)
+  constexpr bool kCpDqFirst = FA_BWD_WS_DQ_FIRST && kKeySplit;  // (dK behind the dQ product, below)
   constexpr int W = Tr::kHeadDim;
   constexpr int BM = Tr::kBlockM;
   constexpr int BN = Tr::kBlockN;

@@ -42,16 +42,6 @@
 #define FA_BWD_WS_TMA_DKDV 0
 #endif
 
-#ifndef FA_BWD_WS_DQ_FIRST
-// CMake option FA_BWD_WS_DQ_FIRST (ON): at the end of a block the W 128 key split issues the dQ
-// product before dK += dS^T Q, waits for dQ only and stages its image while dK runs (the order
-// FlashAttention-3's backward uses; 1.02-1.03x at N >= 2k on an H100, forty-third session); 0 issues
-// dK before the block barrier and stages dQ once every product is done, with the tensor cores idle
-// meanwhile. (The W 64 dQ turns keep their order; the row split's form of the same, chunk 0 staged
-// in dO's columns while dK runs, measured 0.99x at W 256 and was taken out: c7b4a6c.)
-#define FA_BWD_WS_DQ_FIRST 1
-#endif
-
 namespace fa {
 namespace cuda {
 
