@@ -8,8 +8,10 @@
 #
 # Forty-third session (all on an H100): d (the direct dQ reduction: 0.92-0.99x, not pursued), f (FA_BWD_WS_DQ_FIRST:
 # 1.01-1.03x at D 128, now the default; its row-split form 0.99x, taken out), g (GPU suite + sanitizers on 01fa2e8),
-# hp (the grid: bwd 44 / 72), w6 (the same at W 64: 0.994-1.001x; its patch is gone, see ab14e56). NEXT: hp on the
-# H200 when it is lent, with .devbin/new = this tree's 90a build (issue 12 is read there).
+# hp (the grid: bwd 44 / 72), w6 (the same at W 64: 0.994-1.001x; its patch is gone, see ab14e56), cp (the cp.async
+# kernel's key split in the same order: 1.03-1.07x, tests and sanitizers clean, now the default; its patch is gone,
+# see e31cef8). NEXT: hp on the H200 when it is lent, with .devbin/new = this tree's 90a build (issue 12 is read
+# there); and the GPU suite with the sanitizers on that build (the cp.async change ran its backward tests only).
 #
 # Forty-second session: s and hp ran on an H100 (about ten other requests got no machine): the cp.async backward's
 # staged epilogue (d2fd180) A/B'd and tested, the fwd + bwd turns grid, ncu at D 128 N 16k, the deterministic
