@@ -511,22 +511,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       }
       float dq[NQ / 2];
       issue_dq(dq);
-#if FA_BWD_WS_DQ_FIRST
-      // dK += dS^T Q after the dQ product: the dQ image is staged while dK runs on the tensor cores.
-      sm90::wgmma_fence();
-      issue_dvdk(dsa, dk, dQ_mn + st * kStage);
-      sm90::wgmma_commit();
-      sm90::wgmma_wait<1>();  // dV and dQ (dK may still run)
-      sm90::reg_fence<NQ / 2>(dq);
-      store_dq(dq, it);
-      sm90::wgmma_wait<0>();
-      release_stage();
-#else
-      sm90::wgmma_wait<0>();
-      sm90::reg_fence<NQ / 2>(dq);
-      release_stage();
-      store_dq(dq, it);
-#endif
+      if constexpr (kDqFirst) {
+        // dK += dS^T Q after the dQ product: the dQ image is staged while dK runs on the tensor cores.
+        sm90::wgmma_fence();
+        issue_dvdk(dsa, dk, dQ_mn + st * kStage);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // dV and dQ (dK may still run)
+        sm90::reg_fence<NQ / 2>(dq);
+        store_dq(dq, it);
+        sm90::wgmma_wait<0>();
+        release_stage();
+      } else {
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence<NQ / 2>(dq);
+        release_stage();
+        store_dq(dq, it);
+      }
     };
 
     // Plain walk (with a score modifier, or FA_BWD_WS_OVERLAP=0): per block, S^T / dP^T, then P^T
