@@ -126,6 +126,19 @@ case "${1:-w}" in
       --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
     log "deterministic rc=$?"
     cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
+  hi)
+    # forty-fourth session, call 1 (the H200): this tree's build (.devbin/new, all head dims) through the GPU
+    # suite with the sanitizers (the cp.async kernel's dQ-first order had run only its backward tests), then
+    # issue 11's benches (decode, varlen, paged prefill, serving loop) next to torch
+    need .devbin/new/addon.xz
+    use_addon new
+    mkdir -p "$OUT/hi"
+    TEST_TIMEOUT=${ST:-330} OUT=$OUT/hi bash scripts/gpu-run.sh tests-san > "$OUT/hi/tests-san-step.log" 2>&1
+    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/hi/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    timeout $(( ${YEND:-580} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --compare torch \
+      --out "$OUT/hi/inf" > "$OUT/hi/inf.log" 2>&1
+    log "inference benches rc=$?"
+    cp "$OUT/calls.log" "$OUT/hi/"; tar -C "$OUT" -cJf "$OUT/hi.tar.xz" hi && rm -rf "$OUT/hi" ;;
   s)
     # forty-second session, call 1: the cp.async Hopper backward (packed batches; FA_BWD_SM90=cpasync on dense
     # calls) with its dK / dV through shared memory, as the warp-specialised kernel's (.devbin/new), against
