@@ -433,6 +433,8 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
   if (options === undefined) throw typeError(fn, 'options', 'must be an object with pageTable, cuSeqlensNew and seqlensBefore', options);
   const opts = checkOptions(fn, options, APPEND_OPTIONS);
   const c = checkCaches(fn, kCache, vCache);
+  // Both caches are written: one tensor for both would hold v over k.
+  if (c.tv === c.tk) throw typeError(fn, 'vCache', 'must be a different tensor from kCache (appendKV writes both)', 'the same Tensor', true);
   const tk = checkTensorArg(fn, 'k', k);
   const tv = checkTensorArg(fn, 'v', v);
   for (const [name, t] of [['k', tk], ['v', tv]] as const) {

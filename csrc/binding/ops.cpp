@@ -171,6 +171,16 @@ class CpuWorker : public Napi::AsyncWorker {
   Napi::Promise Promise() { return deferred_.Promise(); }
   std::function<fa_status()> run;
 
+  // A host index array (cuSeqlens, seqlens, a page table) copied when the call is made. The values
+  // were checked then, and the caller may reuse its Int32Array as soon as the call returns, while a
+  // worker reads them later: indices changed in between would steer the kernel's addresses. The
+  // copy has at least one element, so an empty array is not taken for an absent one (null).
+  const int32_t* OwnIndex(const void* src, size_t bytes) {
+    owned_.push_back(std::make_unique<int32_t[]>(std::max<size_t>((bytes + 3) / 4, 1)));
+    if (src != nullptr && bytes > 0) std::memcpy(owned_.back().get(), src, bytes);
+    return owned_.back().get();
+  }
+
   // Runs the call; "" on success, else the core's message (or the status name).
   std::string RunCore() {
     const fa_status s = run();
@@ -205,6 +215,7 @@ class CpuWorker : public Napi::AsyncWorker {
  private:
   Napi::Promise::Deferred deferred_;
   std::vector<Napi::ObjectReference> refs_;
+  std::vector<std::unique_ptr<int32_t[]>> owned_;
 };
 
 fa_strides QStr(const Call& c) {
@@ -274,6 +285,8 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
   Napi::Env env = info.Env();
   const Sizes z = SizesOf(c, op);
   auto* w = new CpuWorker(env, "flash-attention-node:cpu");
+  // Index arrays: the worker's own copies (CpuWorker::OwnIndex).
+  auto index = [&](Slot s, size_t bytes) { return w->OwnIndex(HostPtr(c, s, bytes, true), bytes); };
   try {
     for (uint32_t i = 0; i < c.nslots; ++i) w->Keep(c.slots.Get(i));
     const bool packed = c.Has(FA_S_cu_seqlens_q);
@@ -287,9 +300,9 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
       if (paged) {
         p.k = HostPtr(c, FA_S_k_cache, z.cache, true);
         p.v = HostPtr(c, FA_S_v_cache, z.cache, true);
-        p.cu_seqlens_q = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_q, z.cu, true));
-        p.page_table = static_cast<const int32_t*>(HostPtr(c, FA_S_page_table, z.table, true));
-        p.seqlens_k = static_cast<const int32_t*>(HostPtr(c, FA_S_seqlens_k, z.seq, true));
+        p.cu_seqlens_q = index(FA_S_cu_seqlens_q, z.cu);
+        p.page_table = index(FA_S_page_table, z.table);
+        p.seqlens_k = index(FA_S_seqlens_k, z.seq);
         p.page_size = c.I(FA_F_page_size);
         p.max_pages_per_seq = c.I(FA_F_max_pages);
         p.num_pages = c.I(FA_F_num_pages);
@@ -300,8 +313,8 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
         p.k = HostPtr(c, FA_S_k, z.kv, true);
         p.v = HostPtr(c, FA_S_v, z.kv, true);
         if (packed) {
-          p.cu_seqlens_q = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_q, z.cu, true));
-          p.cu_seqlens_k = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_k, z.cu, true));
+          p.cu_seqlens_q = index(FA_S_cu_seqlens_q, z.cu);
+          p.cu_seqlens_k = index(FA_S_cu_seqlens_k, z.cu);
           p.q_str = p.o_str = PackedStr(p.heads, p.head_dim);
           p.k_str = p.v_str = PackedStr(p.heads_k, p.head_dim);
         } else {
@@ -350,8 +363,8 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
       p.dv = HostPtr(c, FA_S_dv, z.kv, true);
       p.softmax_d = static_cast<float*>(HostPtr(c, FA_S_softmax_d, z.lse, false));
       if (packed) {
-        p.cu_seqlens_q = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_q, z.cu, true));
-        p.cu_seqlens_k = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_k, z.cu, true));
+        p.cu_seqlens_q = index(FA_S_cu_seqlens_q, z.cu);
+        p.cu_seqlens_k = index(FA_S_cu_seqlens_k, z.cu);
         p.total_k = c.I(FA_F_total_k);
         p.do_str = p.q_str = p.o_str = p.dq_str = PackedStr(p.heads, p.head_dim);
         p.k_str = p.v_str = p.dk_str = p.dv_str = PackedStr(p.heads_k, p.head_dim);
@@ -368,9 +381,9 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
       p.v_cache = HostPtr(c, FA_S_v_cache, z.cache, true);
       p.k = HostPtr(c, FA_S_k, z.kv, true);
       p.v = HostPtr(c, FA_S_v, z.kv, true);
-      p.page_table = static_cast<const int32_t*>(HostPtr(c, FA_S_page_table, z.table, true));
-      p.cu_seqlens_new = static_cast<const int32_t*>(HostPtr(c, FA_S_cu_seqlens_new, z.cu, true));
-      p.seqlens_before = static_cast<const int32_t*>(HostPtr(c, FA_S_seqlens_before, z.seq, true));
+      p.page_table = index(FA_S_page_table, z.table);
+      p.cu_seqlens_new = index(FA_S_cu_seqlens_new, z.cu);
+      p.seqlens_before = index(FA_S_seqlens_before, z.seq);
       const float* cos = static_cast<const float*>(HostPtr(c, FA_S_rotary_cos, z.rot, false));
       const float* sin = static_cast<const float*>(HostPtr(c, FA_S_rotary_sin, z.rot, cos != nullptr));
       p.rotary = RotaryOf(c, cos, sin);

@@ -251,9 +251,12 @@ describe('CPU audit: batches of zero sequences', () => {
     expect(p.out.shape).toEqual([0, 2, 8]);
     expect(p.lse.shape).toEqual([2, 0]);
     const before = await rawBytes(kc);
-    await appendKV(kc, kc, q, q, { pageTable: new Int32Array(0), cuSeqlensNew: Int32Array.from([0]), seqlensBefore: new Int32Array(0) });
+    const vc = Tensor.from(new Float32Array(2 * 4 * 2 * 8).fill(4), [2, 4, 2, 8]);
+    const vBefore = await rawBytes(vc);
+    await appendKV(kc, vc, q, q, { pageTable: new Int32Array(0), cuSeqlensNew: Int32Array.from([0]), seqlensBefore: new Int32Array(0) });
     expect(bytesEqual(await rawBytes(kc), before)).toBe(true);
-    disposeAll(q, r.out, r.lse, g.dq, g.dk, g.dv, kc, p.out, p.lse);
+    expect(bytesEqual(await rawBytes(vc), vBefore)).toBe(true);
+    disposeAll(q, r.out, r.lse, g.dq, g.dk, g.dv, kc, vc, p.out, p.lse);
   });
 });
 
