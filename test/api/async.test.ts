@@ -76,7 +76,9 @@ describe('event loop stays responsive during CPU attention', () => {
     const v = randomTensor(rng, [1, 2048, 8, 64], 'float32');
     const stop = watchEventLoop();
     let settled = false;
-    const p = flashAttention(q.tensor, k.tensor, v.tensor);
+    // One worker thread: long enough for timers to fire on a many-core machine too (16 cores finish
+    // the call in ~5 ms, inside one setInterval(5) period).
+    const p = flashAttention(q.tensor, k.tensor, v.tensor, { cpu: { threads: 1 } });
     expect(p).toBeInstanceOf(Promise);
     void p.then(
       () => (settled = true),
@@ -114,7 +116,7 @@ describe('event loop stays responsive during CPU attention', () => {
     const f = await flashAttention(q.tensor, k.tensor, v.tensor);
     const stop = watchEventLoop();
     let settled = false;
-    const p = flashAttentionBackward(dout.tensor, q.tensor, k.tensor, v.tensor, f.out, f.lse);
+    const p = flashAttentionBackward(dout.tensor, q.tensor, k.tensor, v.tensor, f.out, f.lse, { cpu: { threads: 1 } });
     expect(p).toBeInstanceOf(Promise);
     void p.then(
       () => (settled = true),
