@@ -130,6 +130,7 @@ struct BwdTmaArgs {
 #endif
   BwdArgs a;
   int overlap;  // the walk where there is no score modifier: -1 by tile width, 0 plain, 1 overlapped (FA_BWD_WS_OVERLAP)
+  int det_rot;  // deterministic calls without a mask: each key block's walk starts at its own row block (bwd_det_rank_rot)
 };
 
 // Defined once per (element type, tile width) in csrc/generated/: run_bwd_atomic in

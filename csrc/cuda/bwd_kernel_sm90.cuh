@@ -102,6 +102,30 @@ __device__ __forceinline__ int bwd_det_rank(const BwdArgs& a, const SeqInfo& seq
   return lo - n_block;
 }
 
+// Deterministic mode without a mask, warp-specialised kernel (BwdTmaArgs::det_rot): every key block
+// sees every row block, and with the ranks above all of a head's key blocks, started together, would
+// queue at row block 0 and then move in lockstep, one turn behind each other (key block u of the head,
+// counted from the first launched, u turns late at every row block; D 256 N 1k 1.29-1.31x the default
+// backward's time). Instead key block u starts its walk at row block u mod n_m and wraps around, so
+// at any step the key blocks are at different row blocks. Its turn at row block mm (relative to the
+// walk's first, here 0) is its rank among the head's key blocks by the step at which each gets there,
+// t = (mm - u) mod n_m, ties (same start) by u: the blocks that arrive earlier go first, so in a walk
+// at even pace none waits. A key block waits only for key blocks at an earlier step of their walk (or
+// at the same step and started earlier), which wait only for earlier steps again: no cycle. Those can
+// have higher block indices than the waiting one, so the host turns this on only where a head's key
+// blocks all fit on the GPU at once (one block per SM): each head's blocks then all get to run once
+// the heads before it are done, whatever waits. Closed form: q = n_nb / n_m key blocks start at each
+// row block, one more at the first n_nb % n_m; the rank adds those of the steps before t (row blocks
+// mm, mm - 1, .. mm - t + 1 mod n_m) and the key blocks of the same start before u.
+__device__ __forceinline__ int bwd_det_rank_rot(int n_nb, int n_m, int n_block, int mm) {
+  const int u = n_nb - 1 - n_block;
+  const int t = ((mm - u) % n_m + n_m) % n_m;
+  const int q = n_nb / n_m, rem = n_nb % n_m;
+  const int lo = mm - t + 1;  // the earliest start row block among the steps before t (may wrap)
+  const int extra = lo >= 0 ? max(0, min(mm, rem - 1) - lo + 1) : min(mm + 1, rem) + max(0, rem - (lo + n_m));
+  return t * q + u / n_m + extra;
+}
+
 // Epilogue of a key block: dK (times scale) and dV from one warpgroup's m64nNC accumulators, this
 // lane's keys key_l, key_l + 8 (relative to key0; only those below nk exist) and columns col_l + 8j.
 template <typename T, int NC>

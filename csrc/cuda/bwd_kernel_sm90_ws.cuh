@@ -97,14 +97,22 @@ __device__ __forceinline__ void bwd_ws_store_dst(uint32_t sdst, const uint32_t (
   }
 }
 
+// Row block of block it of a key block's walk: m_begin + it % n_m upwards, in each query head of the
+// group; deterministic calls without a mask start at row block rot and wrap (bwd_det_rank_rot).
+__device__ __forceinline__ int bwd_ws_row(int it, int n_m, int m_begin, int rot) {
+  int r = it % n_m + rot;
+  if (r >= n_m) r -= n_m;
+  return m_begin + r;
+}
+
 // Producer warp 0, one thread: K_j and V_j once, then per block it of the walk Q_i and dO_i as
 // tensor-map copies and the lse2 / dsum slices as bulk copies into stage it % S of the ring; fill
 // it waits for the release of fill it - S on the stage's "empty" mbarrier. Block it is query head
-// hk * group + it / n_m, row block m_begin + it % n_m.
+// hk * group + it / n_m, row block bwd_ws_row(it, ..).
 template <class Tr>
 __device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base, float* sL, float* sD, uint32_t bar_kv,
                                             uint32_t bar_qf, uint32_t bar_qe, int key0, int hk, int b, int total, int n_m,
-                                            int m_begin, int64_t ws_b) {
+                                            int m_begin, int rot, int64_t ws_b) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kCB = Tr::kColBlocks, S = Tr::kStages;
   const BwdArgs& a = ta.a;
   mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileKV);
@@ -116,7 +124,7 @@ __device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base,
   for (int it = 0; it < total; ++it) {
     const int st = it % S;
     if (it >= S) mbar_wait(bar_qe + 8 * st, ((it / S) - 1) & 1);
-    const int hq = hk * a.group + it / n_m, row0 = (m_begin + it % n_m) * BM;
+    const int hq = hk * a.group + it / n_m, row0 = bwd_ws_row(it, n_m, m_begin, rot) * BM;
     const uint32_t full = bar_qf + 8 * st;
     mbar_arrive_expect_tx(full, 2 * Tr::kTileQ + 2 * BM * 4);
 #pragma unroll
@@ -139,20 +147,20 @@ __device__ __forceinline__ void bwd_ws_load(const BwdTmaArgs& ta, uint32_t base,
 // key-block order; the consumers, one buffer ahead, do not wait.
 template <class Tr, class Issue, class Done>
 __device__ __forceinline__ void bwd_ws_write_dq(const BwdArgs& a, const SeqInfo& seq, bool det, int n_block, int total,
-                                                int n_m, int m_begin, int hk, int64_t ws_b, uint32_t bar_dqf,
-                                                Issue&& issue, Done&& done) {
+                                                int n_m, int m_begin, int rot, bool rotated, int hk, int64_t ws_b,
+                                                uint32_t bar_dqf, Issue&& issue, Done&& done) {
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN;
   for (int it = 0; it < total; ++it) {
     const int d = it & 1;
     mbar_wait(bar_dqf + 8 * d, (it >> 1) & 1);
-    const int mm = m_begin + it % n_m;
+    const int mm = bwd_ws_row(it, n_m, m_begin, rot);
     const int64_t wrow = ws_b + (hk * a.group + it / n_m) * a.ws_head + mm * BM;
     int* sem = nullptr;
     int rank = 0;
     if (det) {
       static_assert(BM == 64, "one dq_sem counter per 64 workspace rows");
       sem = a.dq_sem + (wrow >> 6);
-      rank = bwd_det_rank<BM, BN>(a, seq, n_block, mm);
+      rank = rotated ? bwd_det_rank_rot(a.num_n_blocks, n_m, n_block, mm - m_begin) : bwd_det_rank<BM, BN>(a, seq, n_block, mm);
       while (ld_acquire_gpu(sem) != rank) __nanosleep(32);
       fence_proxy_async_global();  // the reduction after the acquire
     }
@@ -227,8 +235,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   if (threadIdx.x == 0) FA_BWD_MARK(6, static_cast<unsigned long long>(total));
   const int64_t ws_b = bwd_ws_base(a, b, 0, seq);
   // Block it of the walk: query head hk * group + it / n_m, row block m_begin + it % n_m (upwards
-  // in deterministic mode too: bwd_det_rank).
-  auto row0_of = [&](int it) { return (m_begin + it % n_m) * BM; };
+  // in deterministic mode too: bwd_det_rank), or, in deterministic calls without a mask
+  // (ta.det_rot), from row block rot on, wrapping (bwd_det_rank_rot).
+  const bool rotated = det && ta.det_rot != 0 && n_m > 0;
+  const int rot = rotated ? (a.num_n_blocks - 1 - n_block) % n_m : 0;
+  auto row0_of = [&](int it) { return bwd_ws_row(it, n_m, m_begin, rot) * BM; };
 
   if (tid == 0) {
     mbar_init(bar_kv, 1);
@@ -247,14 +258,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
   if (wg == 0) {
     sm90::setmaxnreg_dec<Tr::kProducerRegs>();
     if (tid == 0) {
-      bwd_ws_load<Tr>(ta, base, sL, sD, bar_kv, bar_qf, bar_qe, key0, hk, b, total, n_m, m_begin, ws_b);
+      bwd_ws_load<Tr>(ta, base, sL, sD, bar_kv, bar_qf, bar_qe, key0, hk, b, total, n_m, m_begin, rot, ws_b);
     } else if (tid == 32) {
       if constexpr (Tr::kRowSplit) {
         // dQ writer: block it's image, 16 warp tiles of 16 rows x 64 columns (4 KiB, in the
         // workspace's fragment order), from the Q / dO tiles of stage it % 2 (the row split's
         // consumers below), then the stage goes back to the producer.
         bwd_ws_write_dq<Tr>(
-            a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
+            a, seq, det, n_block, total, n_m, m_begin, rot, rotated, hk, ws_b, bar_dqf,
             [&](float* dst, int it) {
               const uint32_t stage = (it & 1) * Tr::kTileQ;
 #pragma unroll
@@ -267,7 +278,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       } else {
         // dQ writer: the image of block it from buffer it % 2, handed back on its empty barrier.
         bwd_ws_write_dq<Tr>(
-            a, seq, det, n_block, total, n_m, m_begin, hk, ws_b, bar_dqf,
+            a, seq, det, n_block, total, n_m, m_begin, rot, rotated, hk, ws_b, bar_dqf,
             [&](float* dst, int it) { bulk_reduce_add_f32(dst, sDq + (it & 1) * Tr::kTileDq, Tr::kTileDq); },
             [&](int it) { mbar_arrive(bar_dqe + 8 * (it & 1)); });
       }

@@ -238,6 +238,17 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
 #if FA_WS_LPT
   a.lpt_groups = bwd_lpt_groups(a);
 #endif
+  // Deterministic calls without a mask: rotated walks (bwd_det_rank_rot), where a head's key blocks
+  // all fit on the GPU at once (one block per SM). FA_BWD_DET_ROT=0 keeps the plain walks (comparisons).
+  static const bool rot_off = env_flag("FA_BWD_DET_ROT", 1) == 0;
+  ta.det_rot = 0;
+  if (a.dq_sem != nullptr && !rot_off && !a.causal && a.window_left < 0) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+      ta.det_rot = a.num_n_blocks <= sms ? 1 : 0;
+    else
+      (void)cudaGetLastError();
+  }
   // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
   // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).
