@@ -6,6 +6,11 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Forty-fourth session: hi (H200: GPU suite + sanitizers, issue 11's benches) and hp (H200: the grid) ran; then, on an
+# H100, the index-array tests and the rotated deterministic walk (79689f9) by hand (RESULTS.md). NEXT: rs (the row
+# split's racecheck finding, the GPU suite on HEAD, the deterministic grid); fresh-inference.test.ts needs more than
+# ST=330 in tests-san on the H200 (it ran alone in call 3).
+#
 # Forty-third session (all on an H100): d (the direct dQ reduction: 0.92-0.99x, not pursued), f (FA_BWD_WS_DQ_FIRST:
 # 1.01-1.03x at D 128, now the default; its row-split form 0.99x, taken out), g (GPU suite + sanitizers on 01fa2e8),
 # hp (the grid: bwd 44 / 72), w6 (the same at W 64: 0.994-1.001x; its patch is gone, see ab14e56), cp (the cp.async
@@ -139,6 +144,30 @@ case "${1:-w}" in
       --out "$OUT/hi/inf" > "$OUT/hi/inf.log" 2>&1
     log "inference benches rc=$?"
     cp "$OUT/calls.log" "$OUT/hi/"; tar -C "$OUT" -cJf "$OUT/hi.tar.xz" hi && rm -rf "$OUT/hi" ;;
+  rs)
+    # forty-fourth session, prepared for the next: (1) the row split's racecheck hazards (NOTES-bwd.md,
+    # forty-fourth session): scripts/rowsplit-race.js under racecheck on this tree's build (.devbin/new2 =
+    # HEAD's 90a build, all head dims) and on .devbin/rsempty (bwd-rowsplit-empty.patch: the consumers also
+    # arrive on the stage's empty barrier; `bash scripts/ab-builds.sh
+    # rsempty=patch:bench/patches/bwd-rowsplit-empty.patch,FA_HEAD_DIMS=256`); (2) the patch A/B'd at D 256;
+    # (3) the deterministic grid with 150 ms rounds. The GPU suite with the sanitizers on HEAD (the rotated
+    # deterministic walk, 79689f9, ran only the backward test files) is case g with ST=400 (330 s was too
+    # short on the H200 for the last file)
+    need .devbin/new2/addon.xz; need .devbin/rsempty/addon.xz
+    mkdir -p "$OUT/rs"
+    for v in new2 rsempty; do
+      use_addon $v
+      timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/rowsplit-race.js > "$OUT/rs/race-$v.log" 2>&1
+      log "racecheck $v rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/rs/race-$v.log" | tail -1)"
+    done
+    use_addon new2
+    AB_DIR=bwd AB_TAG=rs-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 256 --seqlen 1024,4096" \
+      AB_ADDON=".devbin/rsempty/addon.xz" OUT=$OUT/rs timeout 120 bash scripts/gpu-run.sh fwd-ab > "$OUT/rs/ab-step.log" 2>&1
+    log "rsempty ab rc=$?"
+    timeout $(( ${YEND:-580} - 10 - $(el) )) node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
+      --seqlen 1024,4096 --causal both --api-ms 150 --deterministic --out "$OUT/rs/det" > "$OUT/rs/det.log" 2>&1
+    log "deterministic rc=$?"
+    cp "$OUT/calls.log" "$OUT/rs/"; tar -C "$OUT" -cJf "$OUT/rs.tar.xz" rs && rm -rf "$OUT/rs" ;;
   s)
     # forty-second session, call 1: the cp.async Hopper backward (packed batches; FA_BWD_SM90=cpasync on dense
     # calls) with its dK / dV through shared memory, as the warp-specialised kernel's (.devbin/new), against

@@ -1,0 +1,31 @@
+#!/usr/bin/env node
+// Racecheck workload for the W 256 (row split) Hopper backward (development; bench/NOTES-bwd.md,
+// forty-fourth session): dense D 256 calls whose walks reuse each ring stage several times (N 1024:
+// 16 row blocks), without and with `deterministic`, full and causal. Run it under
+// `compute-sanitizer --tool racecheck`; prints one line per call with the gradients' finiteness.
+'use strict';
+const { Tensor, flashAttention, flashAttentionBackward } = require('..');
+
+const rand = (n, seed) => {
+  let s = seed >>> 0;
+  return Float32Array.from({ length: n }, () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32 - 0.5) * 2);
+};
+(async () => {
+  const B = 1, N = 1024, H = 2, D = 256;
+  for (const dtype of ['float16', 'bfloat16']) {
+    const up = (seed) => Tensor.from(rand(B * N * H * D, seed), [B, N, H, D], { dtype }).to('cuda');
+    const [q, k, v, dout] = await Promise.all([up(1), up(2), up(3), up(4)]);
+    for (const causal of [false, true]) {
+      const { out, lse } = await flashAttention(q, k, v, { causal });
+      for (const deterministic of [false, true]) {
+        const g = await flashAttentionBackward(dout, q, k, v, out, lse, { causal, deterministic });
+        let ok = true;
+        for (const t of [g.dq, g.dk, g.dv]) ok = ok && (await t.toFloat32Array()).every(Number.isFinite);
+        console.log(`${dtype} D${D} N${N} causal=${causal} deterministic=${deterministic}: finite=${ok}`);
+        g.dq.dispose(); g.dk.dispose(); g.dv.dispose();
+      }
+      out.dispose(); lse.dispose();
+    }
+    [q, k, v, dout].forEach((t) => t.dispose());
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
