@@ -7,9 +7,9 @@
 # commit, 2cc3400.)
 #
 # Forty-fourth session: hi (H200: GPU suite + sanitizers, issue 11's benches) and hp (H200: the grid) ran; then, on an
-# H100, the index-array tests and the rotated deterministic walk (79689f9) by hand (RESULTS.md). NEXT: rs (the row
-# split's racecheck finding, the GPU suite on HEAD, the deterministic grid); fresh-inference.test.ts needs more than
-# ST=330 in tests-san on the H200 (it ran alone in call 3).
+# H100, the index-array tests and the rotated deterministic walk (79689f9) by hand (RESULTS.md). NEXT: g with ST=400 and
+# .devbin/new2 = HEAD's 90a build (the GPU suite on HEAD; 330 s was too short on the H200 for fresh-inference.test.ts),
+# then rs (the row split's racecheck finding, the deterministic grid).
 #
 # Forty-third session (all on an H100): d (the direct dQ reduction: 0.92-0.99x, not pursued), f (FA_BWD_WS_DQ_FIRST:
 # 1.01-1.03x at D 128, now the default; its row-split form 0.99x, taken out), g (GPU suite + sanitizers on 01fa2e8),
