@@ -52,7 +52,8 @@ namespace cuda {
 
 // This thread block's key block and (batch, kv head): the key blocks of a head next to each other,
 // numbered from the last down in deterministic mode (`det`: the highest key block of a head starts
-// first, the order its dQ turns follow, bwd_det_rank). FA_WS_LPT builds with a.lpt_groups = G
+// first, the order its dQ turns follow, bwd_det_rank; in calls without a mask the warp-specialised
+// kernel's turns go by arrival instead, bwd_det_rank_rot). FA_WS_LPT builds with a.lpt_groups = G
 // (causal calls, not deterministic): key-block-major inside sections of G pairs (sized by the host
 // so that the rows those tiles stream fit in L2), so that the longest tiles (key block 0 sees every
 // row) of all the section's pairs run first and the grid ends on short ones.
@@ -112,9 +113,9 @@ __device__ __forceinline__ int bwd_det_rank(const BwdArgs& a, const SeqInfo& seq
 // t = (mm - u) mod n_m, ties (same start) by u: the blocks that arrive earlier go first, so in a walk
 // at even pace none waits. A key block waits only for key blocks at an earlier step of their walk (or
 // at the same step and started earlier), which wait only for earlier steps again: no cycle. Those can
-// have higher block indices than the waiting one, so the host turns this on only where a head's key
-// blocks all fit on the GPU at once (one block per SM): each head's blocks then all get to run once
-// the heads before it are done, whatever waits. Closed form: q = n_nb / n_m key blocks start at each
+// have higher block indices than the waiting one, so the host turns this on only for heads of at most
+// SMs / 8 key blocks (run_bwd_sm90_ws: why that bound, also with other processes' kernels on the
+// GPU): each head's blocks then all get to run once the heads before it are done. Closed form: q = n_nb / n_m key blocks start at each
 // row block, one more at the first n_nb % n_m; the rank adds those of the steps before t (row blocks
 // mm, mm - 1, .. mm - t + 1 mod n_m) and the key blocks of the same start before u.
 __device__ __forceinline__ int bwd_det_rank_rot(int n_nb, int n_m, int n_block, int mm) {

@@ -238,16 +238,26 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
 #if FA_WS_LPT
   a.lpt_groups = bwd_lpt_groups(a);
 #endif
-  // Deterministic calls without a mask: rotated walks (bwd_det_rank_rot), where a head's key blocks
-  // all fit on the GPU at once (one block per SM). FA_BWD_DET_ROT=0 keeps the plain walks (comparisons).
+  // Deterministic calls without a mask: rotated walks (bwd_det_rank_rot) for heads of at most an eighth
+  // as many key blocks as the GPU has SMs. Unlike the plain ranks, a rotated key block can wait for a
+  // block of its head with a higher index; the kernel finishes once each head's blocks can all be
+  // resident, which holds alone on the GPU for any head that fits; with kernels of other processes
+  // sharing the SMs (MPS), each rotated kernel holds at most one partly dispatched head of spinning
+  // blocks, so with heads of <= SMs / 8 key blocks it takes nine such kernels at once to fill the GPU
+  // with waiting blocks. The bound also keeps to the measured case (N 1k: 8 and 16 key blocks), where a
+  // head fits in one wave with the others. FA_BWD_DET_ROT=0 keeps the plain walks everywhere.
   static const bool rot_off = env_flag("FA_BWD_DET_ROT", 1) == 0;
   ta.det_rot = 0;
   if (a.dq_sem != nullptr && !rot_off && !a.causal && a.window_left < 0) {
+    static std::atomic<int> sm_cache[64];  // per device; 0 = not read yet
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-      ta.det_rot = a.num_n_blocks <= sms ? 1 : 0;
-    else
-      (void)cudaGetLastError();
+    if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0) {
+      sms = dev < 64 ? sm_cache[dev].load(std::memory_order_relaxed) : 0;
+      if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && dev < 64)
+        sm_cache[dev].store(sms, std::memory_order_relaxed);
+    }
+    (void)cudaGetLastError();
+    ta.det_rot = sms > 0 && 8 * a.num_n_blocks <= sms ? 1 : 0;
   }
   // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
