@@ -37,6 +37,20 @@ inline bool env_is(const char* name, const char* value) {
   return e != nullptr && std::string(e) == value;
 }
 
+// Multiprocessors of the current device (cached per device; 108 where it cannot be read).
+inline int sm_count() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return 108;
+  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 108;
+    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
 // The Hopper (wgmma) kernels run where the build has sm_90a code (FA_HAVE_SM90A: FA_CUDA_ARCHS lists
 // 90a) and the current device is compute capability 9.0 exactly (sm_90a code runs nowhere else);
 // FA_NO_WGMMA=1 in the environment keeps the mma.sync kernels (for comparisons).

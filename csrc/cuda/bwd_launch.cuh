@@ -248,17 +248,7 @@ fa_status run_bwd_sm90_ws(BwdTmaArgs ta, cudaStream_t stream) {
   // head fits in one wave with the others. FA_BWD_DET_ROT=0 keeps the plain walks everywhere.
   static const bool rot_off = env_flag("FA_BWD_DET_ROT", 1) == 0;
   ta.det_rot = 0;
-  if (a.dq_sem != nullptr && !rot_off && !a.causal && a.window_left < 0) {
-    static std::atomic<int> sm_cache[64];  // per device; 0 = not read yet
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess && dev >= 0) {
-      sms = dev < 64 ? sm_cache[dev].load(std::memory_order_relaxed) : 0;
-      if (sms == 0 && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && dev < 64)
-        sm_cache[dev].store(sms, std::memory_order_relaxed);
-    }
-    (void)cudaGetLastError();
-    ta.det_rot = sms > 0 && 8 * a.num_n_blocks <= sms ? 1 : 0;
-  }
+  if (a.dq_sem != nullptr && !rot_off && !a.causal && a.window_left < 0) ta.det_rot = 8 * a.num_n_blocks <= sm_count() ? 1 : 0;
   // The walk (bwd_kernel_sm90_ws.cuh): the overlapped one at W 128 without a score modifier
   // (+2-4% at N >= 4k), else the plain one (W 64: the overlapped one is 2-3% slower; NOTES-bwd.md).
   // FA_BWD_WS_OVERLAP=0 / 1 (ta.overlap) fixes the choice where the walk can run (comparisons).

@@ -127,20 +127,6 @@ bool sm90_ws_enabled() {
   return on;
 }
 
-// Multiprocessors of the current device (cached per device).
-int sm_count() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 108;
-  int v = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
-  if (v == 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0) v = 108;
-    if (dev < kMaxDevices) cache[dev].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
 fa_status stream_counters(cudaStream_t s, int kind, int64_t n, int** out);
 
 template <typename T, int W, bool kPaged>
