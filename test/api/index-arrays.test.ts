@@ -8,6 +8,7 @@
 // there too, so the caller's writes race the worker's reads as they would in a server.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tensor, appendKV, emptyCache, flashAttentionVarlen, flashAttentionVarlenBackward, pagedAttention } from '../../lib/index';
+import { prefix } from '../helpers/inference';
 import { Rng, bytesEqual, disposeAll, randomTensor, rawBytes } from '../helpers/reference';
 
 const saved = process.env.FA_CPU_INLINE;
@@ -38,7 +39,7 @@ describe('host index arrays overwritten while a CPU call runs', () => {
   const H = 2, Hkv = 1, D = 32;
   const lens = [700, 0, 313, 1035];
   const total = lens.reduce((a, b) => a + b, 0);
-  const cu = () => Int32Array.from([0, ...lens.map((_, i) => lens.slice(0, i + 1).reduce((a, b) => a + b, 0))]);
+  const cu = () => prefix(lens);
   const q = randomTensor(rng, [total, H, D], 'float16');
   const k = randomTensor(rng, [total, Hkv, D], 'float16');
   const v = randomTensor(rng, [total, Hkv, D], 'float16');
@@ -97,7 +98,7 @@ describe('host index arrays overwritten while a CPU call runs', () => {
       const qq = randomTensor(rng, [qTotal, H, D], 'float16');
       const pagedOpts = () => ({
         causal: true, pageTable: t0.slice(), seqlensK: Int32Array.from(lens),
-        cuSeqlensQ: Int32Array.from([0, ...nq.map((_, i) => nq.slice(0, i + 1).reduce((a, b) => a + b, 0))]),
+        cuSeqlensQ: prefix(nq),
       });
       const ref = await pagedAttention(qq.tensor, kc0, vc0, pagedOpts());
       const mineP = pagedOpts();

@@ -17,7 +17,7 @@ import {
   mergeAttention, pagedAttention,
 } from '../../lib/index';
 import { Checker, caseName, checkBackwardCase, checkFp32, checkForwardCase } from '../helpers/harness';
-import { type PagedCase, checkPagedCase, checkVarlenCase, pagedName, varlenName } from '../helpers/inference';
+import { type PagedCase, checkPagedCase, checkVarlenCase, pagedName, prefix, varlenName } from '../helpers/inference';
 import { maskedDenseCases, pagedCases, varlenCases } from '../helpers/inference-cases';
 import {
   Rng, bytesEqual, defaultScale, disposeAll, randomTensor, rawBytes, refBackward, refForward, toF64,
@@ -154,8 +154,7 @@ describe('CPU audit: caller-owned outputs with stale contents and empty sequence
   // (its keys: dk = dv = 0). Outputs start as NaN: every element must be written.
   const lensQ = [3, 0, 4, 2], lensK = [5, 6, 0, 3];
   const H = 4, Hkv = 2, D = 16;
-  const cu = (l: number[]) => Int32Array.from([0, ...l.map((_, i) => l.slice(0, i + 1).reduce((a, b) => a + b, 0))]);
-  const cuQ = cu(lensQ), cuK = cu(lensK), tq = cuQ[4], tk = cuK[4];
+  const cuQ = prefix(lensQ), cuK = prefix(lensK), tq = cuQ[4], tk = cuK[4];
   const nan = (shape: number[]) => Tensor.from(new Float32Array(shape.reduce((a, b) => a * b, 1)).fill(NaN), shape);
 
   for (const mask of [{}, { causal: true }, { window: [1, 2] as [number, number], softcap: 2 }]) {

@@ -5,9 +5,9 @@
 // Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
 import { it, expect } from 'vitest';
 import { Tensor, appendKV, flashAttentionVarlen, pagedAttention } from '../../lib/index';
+import { prefix } from '../helpers/inference';
 import { Rng, bytesEqual, describeGpu, disposeAll, randomTensor, rawBytes } from '../helpers/reference';
 
-const prefix = (n: number[]) => Int32Array.from([0, ...n.map((_, i) => n.slice(0, i + 1).reduce((a, b) => a + b, 0))]);
 
 describeGpu('CUDA: host index arrays overwritten after the call', () => {
   it('flashAttentionVarlen, appendKV and pagedAttention give the untouched arrays\' results', async () => {

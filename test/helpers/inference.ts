@@ -62,7 +62,7 @@ async function onDevice(t: Tensor, device: Device): Promise<Tensor> {
   return d;
 }
 
-function prefix(lens: number[]): Int32Array {
+export function prefix(lens: readonly number[]): Int32Array {
   const cu = new Int32Array(lens.length + 1);
   for (let i = 0; i < lens.length; i++) cu[i + 1] = cu[i] + lens[i];
   return cu;
