@@ -3,6 +3,8 @@
 // forty-fourth session): dense D 256 calls whose walks reuse each ring stage several times (N 1024:
 // 16 row blocks), without and with `deterministic`, full and causal. Run it under
 // `compute-sanitizer --tool racecheck`; prints one line per call with the gradients' finiteness.
+// RACE_D / RACE_N / RACE_DTYPES change the head dim (128: the key split, for comparison), the
+// sequence length and the dtypes (comma-separated).
 'use strict';
 const { Tensor, flashAttention, flashAttentionBackward } = require('..');
 
@@ -11,8 +13,8 @@ const rand = (n, seed) => {
   return Float32Array.from({ length: n }, () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32 - 0.5) * 2);
 };
 (async () => {
-  const B = 1, N = 1024, H = 2, D = 256;
-  for (const dtype of ['float16', 'bfloat16']) {
+  const B = 1, H = 2, N = Number(process.env.RACE_N || 1024), D = Number(process.env.RACE_D || 256);
+  for (const dtype of (process.env.RACE_DTYPES || 'float16,bfloat16').split(',')) {
     const up = (seed) => Tensor.from(rand(B * N * H * D, seed), [B, N, H, D], { dtype }).to('cuda');
     const [q, k, v, dout] = await Promise.all([up(1), up(2), up(3), up(4)]);
     for (const causal of [false, true]) {

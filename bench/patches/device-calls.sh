@@ -6,6 +6,12 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Forty-fifth session: g (GPU suite + sanitizers on 710d739's build, D 128 backward turns), rs (the row split's
+# racecheck hazards: the same with bwd-rowsplit-empty.patch, so not the writer's hop; the deterministic grid),
+# rc (hazard detail: lanes other than 0 read, lane 0 arrives; the key split flagged too; every thread arriving
+# is clean), ar / ar2 (every consumer thread arrives on the empty barrier, the default now: racecheck clean,
+# tests, A/B D 64 +3-5%, D 64 turns). The two patches are gone (the first did not help, the second is the source).
+#
 # Forty-fourth session: hi (H200: GPU suite + sanitizers, issue 11's benches) and hp (H200: the grid) ran; then, on an
 # H100, the index-array tests and the rotated deterministic walk (79689f9) by hand (RESULTS.md). NEXT: g with ST=400 and
 # .devbin/new2 = HEAD's 90a build (the GPU suite on HEAD; 330 s was too short on the H200 for fresh-inference.test.ts),
@@ -144,6 +150,64 @@ case "${1:-w}" in
       --out "$OUT/hi/inf" > "$OUT/hi/inf.log" 2>&1
     log "inference benches rc=$?"
     cp "$OUT/calls.log" "$OUT/hi/"; tar -C "$OUT" -cJf "$OUT/hi.tar.xz" hi && rm -rf "$OUT/hi" ;;
+  ar)
+    # forty-fifth session: every consumer thread arrives on the backward's stage "empty" barrier (.devbin/arr =
+    # this tree's 90a build, all head dims; .devbin/new2 = 710d739's, the lane-0 arrivals): racecheck on
+    # scripts/rowsplit-race.js at D 256 / 128 / 64 and on the smoke workload (+ memcheck), the backward test
+    # files and det-check on arr, then the backward A/B against new2 in turns
+    need .devbin/new2/addon.xz; need .devbin/arr/addon.xz
+    mkdir -p "$OUT/ar"
+    use_addon arr
+    for d in 256 128 64; do
+      RACE_D=$d timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/rowsplit-race.js > "$OUT/ar/race-d$d.log" 2>&1
+      log "racecheck arr D $d rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/ar/race-d$d.log" | tail -1)"
+    done
+    OUT=$OUT/ar bash scripts/gpu-run.sh sanitize > "$OUT/ar/sanitize-step.log" 2>&1
+    log "sanitize: $(grep -E 'exit' "$OUT/ar/sanitize-step.log" | tr '\n' ' ')"
+    FA_REQUIRE_GPU=1 timeout 200 npx vitest run test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts > "$OUT/ar/tests.log" 2>&1
+    log "backward tests rc=$? $(grep -aE 'Tests ' "$OUT/ar/tests.log" | tr -d '\033' | tail -1)"
+    timeout 90 node scripts/det-check.js 3 > "$OUT/ar/det-check.log" 2>&1
+    log "det-check rc=$? $(grep -c ' 0 ' "$OUT/ar/det-check.log") lines with 0"
+    use_addon new2
+    AB_DIR=bwd AB_TAG=ar-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128,256 --seqlen 1024,4096" \
+      AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab > "$OUT/ar/ab-step.log" 2>&1
+    log "arr ab rc=$?"
+    cp "$OUT/calls.log" "$OUT/ar/"; tar -C "$OUT" -cJf "$OUT/ar.tar.xz" ar && rm -rf "$OUT/ar" ;;
+  ar2)
+    # forty-fifth session, after ar: the A/B again at D 64 / 128 (3 rounds), then arr's D 64 backward against
+    # cuDNN in turns (issue 12's cells)
+    need .devbin/new2/addon.xz; need .devbin/arr/addon.xz
+    mkdir -p "$OUT/ar2"
+    use_addon new2
+    AB_DIR=bwd AB_TAG=ar2-ab AB_ROUNDS=3 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096" \
+      AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar2 timeout 150 bash scripts/gpu-run.sh fwd-ab > "$OUT/ar2/ab-step.log" 2>&1
+    log "arr ab rc=$?"
+    use_addon arr
+    cells=""; for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
+      cells="$cells $dt:64:$N:$c"; done; done; done
+    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-300} - 10 - $(el) )) OUT=$OUT/ar2 \
+      bash scripts/gpu-run.sh turns > "$OUT/ar2/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/ar2/turns.log") rows"
+    cp "$OUT/calls.log" "$OUT/ar2/"; tar -C "$OUT" -cJf "$OUT/ar2.tar.xz" ar2 && rm -rf "$OUT/ar2" ;;
+  rc)
+    # forty-fifth session: the row split's racecheck hazards (case rs: the same 16 with the consumers also
+    # arriving on the stage's empty barrier, so not the writer's hop): per-hazard detail (threads, blocks) on
+    # HEAD's build; the key split (D 128) and a short walk (N 320) on the same script; .devbin/allarr
+    # (bwd-rowsplit-allarrive.patch: every consumer thread arrives on the empty barrier, count 257)
+    need .devbin/new2/addon.xz; need .devbin/allarr/addon.xz
+    mkdir -p "$OUT/rc"
+    use_addon new2
+    RACE_DTYPES=float16 timeout 90 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 40 \
+      node scripts/rowsplit-race.js > "$OUT/rc/race-detail.log" 2>&1
+    log "racecheck detail rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/rc/race-detail.log" | tail -1)"
+    for c in "RACE_D=128" "RACE_N=320" "RACE_N=200"; do
+      env $c timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/rowsplit-race.js > "$OUT/rc/race-$c.log" 2>&1
+      log "racecheck new2 $c rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/rc/race-$c.log" | tail -1)"
+    done
+    use_addon allarr
+    timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/rowsplit-race.js > "$OUT/rc/race-allarr.log" 2>&1
+    log "racecheck allarr rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/rc/race-allarr.log" | tail -1)"
+    cp "$OUT/calls.log" "$OUT/rc/"; tar -C "$OUT" -cJf "$OUT/rc.tar.xz" rc && rm -rf "$OUT/rc" ;;
   rs)
     # forty-fourth session, prepared for the next: (1) the row split's racecheck hazards (NOTES-bwd.md,
     # forty-fourth session): scripts/rowsplit-race.js under racecheck on this tree's build (.devbin/new2 =

@@ -12,7 +12,7 @@
 //   - producer warp 0, one thread: K_j and V_j once, then per block i Q_i and dO_i as tensor-map
 //     copies into the 128-byte swizzled layout and the lse2 / dsum slices as bulk copies, into a
 //     ring of kStages stages; a stage completes on its "full" mbarrier (expect-tx) and is refilled
-//     after its "empty" mbarrier has seen every consumer warp.
+//     after its "empty" mbarrier has seen every consumer thread.
 //   - producer warp 1, one thread, the dQ writer: per block i, once every consumer warp has put its
 //     share of dQ_i (this key block's part, fp32) into dQ buffer i % 2, in the workspace's fragment
 //     order (DqLayout, sm90_dq_layout), it adds the whole 64-row image into the fp32 workspace with
@@ -245,7 +245,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     mbar_init(bar_kv, 1);
     for (int s = 0; s < S; ++s) {
       mbar_init(bar_qf + 8 * s, 1);
-      mbar_init(bar_qe + 8 * s, Tr::kRowSplit ? 1 : 8);  // the consumer warps (row split: the dQ writer)
+      // Every consumer thread (it read the stage's lse2 / dsum slices itself; row split: and the dQ
+      // writer, which reads its dQ images out of the stage). One arrival per warp after __syncwarp
+      // orders the other lanes' reads as well, but compute-sanitizer's racecheck does not follow
+      // that and reported each refill of the slices as a hazard (forty-fifth session).
+      mbar_init(bar_qe + 8 * s, 256 + (Tr::kRowSplit ? 1 : 0));
     }
     for (int d = 0; d < 2; ++d) {
       mbar_init(bar_dqf + 8 * d, kTurnDq ? 4 : 8);  // the consumer warps that write an image
@@ -309,8 +313,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
     //   consumer threads (both halves written) -> dV += P^T dO, dK += dS^T Q for its columns (SS,
     //   A = buffer db) -> dQ = dS K for its columns, two chunks of QC, each into its own columns of
     //   the stage's Q tile (chunk 0) and dO tile (chunk 1): only its own dV / dK products read those
-    //   once both warpgroups have passed the barrier (S^T / dP^T of every row are done). The writer
-    //   hands the stage back to the producer after reading them.
+    //   once both warpgroups have passed the barrier (S^T / dP^T of every row are done). The stage
+    //   goes back to the producer once the writer has read them and every consumer thread has
+    //   arrived (its lse2 / dsum reads done).
     // Two P^T / dS^T buffers make the one barrier per block enough: a warpgroup writing buffer db at
     // block it has passed block it-1's barrier, which the other reaches only after its products of
     // block it-2 (the readers of buffer db) are complete.
@@ -386,6 +391,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
       sm90::reg_fence<NC / 2>(dv);
       sm90::reg_fence<NC / 2>(dk);
       sm90::fence_proxy_async_smem();  // for the writer's bulk reductions
+      mbar_arrive(bar_qe + 8 * st);     // this thread is done with the stage's lse2 / dsum slices
       __syncwarp();
       if (lane == 0) mbar_arrive(bar_dqf + 8 * st);
     }
@@ -478,7 +484,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel_sm90_ws(const __gr
         sm90::reg_fence<W / 2>(dk);
         sm90::reg_fence_u32<BM / 4>(&pa[0][0]);
         sm90::reg_fence_u32<BM / 4>(&dsa[0][0]);
-        release(bar_qe + 8 * st);
+        mbar_arrive(bar_qe + 8 * st);  // every thread (see the barrier's count)
       };
       // dq (+)= dS K_j over the 128 keys, the dQ columns of dK_mn (n = dq's width), one group.
       auto issue_dq = [&](auto& dq) {
