@@ -173,6 +173,26 @@ case "${1:-w}" in
       AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab > "$OUT/ar/ab-step.log" 2>&1
     log "arr ab rc=$?"
     cp "$OUT/calls.log" "$OUT/ar/"; tar -C "$OUT" -cJf "$OUT/ar.tar.xz" ar && rm -rf "$OUT/ar" ;;
+  ar3)
+    # forty-fifth session: .devbin/arr2 (also the forward's empty barriers and the backward's dQ-full barriers
+    # take every thread's arrival) against .devbin/arr (8c9bfdf) in turns, forward and backward; then the
+    # sanitizers and the forward / inference test files on arr2
+    need .devbin/arr/addon.xz; need .devbin/arr2/addon.xz
+    mkdir -p "$OUT/ar3"
+    use_addon arr
+    AB_DIR=fwd AB_TAG=fwd-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128,256 --seqlen 1024,4096" \
+      AB_ADDON=".devbin/arr2/addon.xz" OUT=$OUT/ar3 timeout 120 bash scripts/gpu-run.sh fwd-ab > "$OUT/ar3/fwd-ab-step.log" 2>&1
+    log "fwd ab rc=$?"
+    AB_DIR=bwd AB_TAG=bwd-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128 --seqlen 1024,4096" \
+      AB_ADDON=".devbin/arr2/addon.xz" OUT=$OUT/ar3 timeout 100 bash scripts/gpu-run.sh fwd-ab > "$OUT/ar3/bwd-ab-step.log" 2>&1
+    log "bwd ab rc=$?"
+    use_addon arr2
+    OUT=$OUT/ar3 bash scripts/gpu-run.sh sanitize > "$OUT/ar3/sanitize-step.log" 2>&1
+    log "sanitize: $(grep -E 'exit' "$OUT/ar3/sanitize-step.log" | tr '\n' ' ')"
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-400} - 10 - $(el) )) npx vitest run test/cuda/forward.test.ts test/cuda/inference.test.ts \
+      test/cuda/backward.test.ts > "$OUT/ar3/tests.log" 2>&1
+    log "tests rc=$? $(grep -aE 'Tests ' "$OUT/ar3/tests.log" | tr -d '\033' | tail -1)"
+    cp "$OUT/calls.log" "$OUT/ar3/"; tar -C "$OUT" -cJf "$OUT/ar3.tar.xz" ar3 && rm -rf "$OUT/ar3" ;;
   ar2)
     # forty-fifth session, after ar: the A/B again at D 64 / 128 (3 rounds), then arr's D 64 backward against
     # cuDNN in turns (issue 12's cells)
