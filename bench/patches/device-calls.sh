@@ -173,6 +173,24 @@ case "${1:-w}" in
       AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab > "$OUT/ar/ab-step.log" 2>&1
     log "arr ab rc=$?"
     cp "$OUT/calls.log" "$OUT/ar/"; tar -C "$OUT" -cJf "$OUT/ar.tar.xz" ar && rm -rf "$OUT/ar" ;;
+  fin)
+    # forty-fifth session, last call: 8c9bfdf's build (.devbin/arr). On an H200: the D 64 and D 128 backward against
+    # cuDNN in turns (issue 12 is read there); on an H100: the whole GPU suite (its backward files, det-check and the
+    # sanitizers already ran on this build, call ar)
+    need .devbin/arr/addon.xz
+    mkdir -p "$OUT/fin"
+    use_addon arr
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      cells=""; for d in 64 128; do for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
+        cells="$cells $dt:$d:$N:$c"; done; done; done; done
+      TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-280} - 10 - $(el) )) OUT=$OUT/fin \
+        bash scripts/gpu-run.sh turns > "$OUT/fin/turns-step.log" 2>&1
+      log "H200 turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/fin/turns.log") rows"
+    else
+      TEST_TIMEOUT=$(( ${YEND:-280} - 40 - $(el) )) OUT=$OUT/fin bash scripts/gpu-run.sh tests > "$OUT/fin/tests-step.log" 2>&1
+      log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/fin/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    fi
+    cp "$OUT/calls.log" "$OUT/fin/"; tar -C "$OUT" -cJf "$OUT/fin.tar.xz" fin && rm -rf "$OUT/fin" ;;
   ar3)
     # forty-fifth session: .devbin/arr2 (also the forward's empty barriers and the backward's dQ-full barriers
     # take every thread's arrival) against .devbin/arr (8c9bfdf) in turns, forward and backward; then the
