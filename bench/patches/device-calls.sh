@@ -6,6 +6,9 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# NEXT (forty-sixth session): rp (prepared: the forward's releases as one predicated arrival), then the grid on the
+# H200 when it is lent (HB=arr hp, .devbin/arr = 8c9bfdf's build: the D 64 backward's +3-5% is read on an H100 only).
+#
 # Forty-fifth session: g (GPU suite + sanitizers on 710d739's build, D 128 backward turns), rs (the row split's
 # racecheck hazards: the same with bwd-rowsplit-empty.patch, so not the writer's hop; the deterministic grid),
 # rc (hazard detail: lanes other than 0 read, lane 0 arrives; the key split flagged too; every thread arriving
@@ -123,8 +126,9 @@ case "${1:-w}" in
     # read / write sectors, DRAM bytes and the usual pipes and stalls, for the power question (NOTES-bwd.md,
     # forty-first session: D 128 N 16k needs fewer cycles than cuDNN but runs at a lower clock); then the
     # deterministic backward against the default with what is left
-    need .devbin/new/addon.xz
-    use_addon new
+    HB=${HB:-new}  # the build (forty-sixth session: HB=arr, 8c9bfdf's)
+    need .devbin/$HB/addon.xz
+    use_addon $HB
     mkdir -p "$OUT/h"
     TURNS_ROUNDS=5 TURNS_TIMEOUT=${TT:-320} OUT=$OUT/h bash scripts/gpu-run.sh turns > "$OUT/h/turns-step.log" 2>&1
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/h/turns.log") rows"
@@ -173,6 +177,19 @@ case "${1:-w}" in
       AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab > "$OUT/ar/ab-step.log" 2>&1
     log "arr ab rc=$?"
     cp "$OUT/calls.log" "$OUT/ar/"; tar -C "$OUT" -cJf "$OUT/ar.tar.xz" ar && rm -rf "$OUT/ar" ;;
+  rp)
+    # prepared in the forty-fifth session, not run: the forward's stage releases as one predicated arrival (no
+    # branch around lane 0's arrive; fwd-release-pred.patch, .devbin/rpred = `bash scripts/ab-builds.sh
+    # rpred=patch:bench/patches/fwd-release-pred.patch`) against .devbin/arr (8c9bfdf, HEAD's kernels) in turns.
+    # Question: was the backward's D 64 gain of 8c9bfdf the branch at each release? Then the forward's D 64 steps
+    # (two releases each) should gain too, where 32 arrivals per warp cost 20% (arr2)
+    need .devbin/arr/addon.xz; need .devbin/rpred/addon.xz
+    mkdir -p "$OUT/rp"
+    use_addon arr
+    AB_DIR=fwd AB_TAG=rp-ab AB_ROUNDS=3 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128,256 --seqlen 512,1024,4096" \
+      AB_ADDON=".devbin/rpred/addon.xz" OUT=$OUT/rp timeout 200 bash scripts/gpu-run.sh fwd-ab > "$OUT/rp/ab-step.log" 2>&1
+    log "rpred ab rc=$?"
+    cp "$OUT/calls.log" "$OUT/rp/"; tar -C "$OUT" -cJf "$OUT/rp.tar.xz" rp && rm -rf "$OUT/rp" ;;
   fin)
     # forty-fifth session, last call: 8c9bfdf's build (.devbin/arr). On an H200: the D 64 and D 128 backward against
     # cuDNN in turns (issue 12 is read there); on an H100: the whole GPU suite (its backward files, det-check and the
