@@ -91,6 +91,13 @@ for s in $steps; do
         echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitize-$tool.log | tail -1) $(el)"
         grep -E "ok=false|Error" /tmp/sanitize-$tool.log | head -5
         cat /tmp/sanitize-$tool.log >> "$OUT/sanitize.log"
+      done
+      # Long backward walks (each Q / dO stage refilled many times), which the smoke workload's short
+      # ones did not show racecheck's view of (forty-fifth session): D 256 (row split) and D 128 (key split)
+      for d in 256 128; do
+        RACE_D=$d timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/rowsplit-race.js > /tmp/sanitize-race$d.log 2>&1
+        echo "racecheck (long walks, D $d) exit $?: $(grep -E 'RACECHECK SUMMARY' /tmp/sanitize-race$d.log | tail -1) $(el)"
+        cat /tmp/sanitize-race$d.log >> "$OUT/sanitize.log"
       done ;;
     start) node dist/lib/cli/main.js 2>&1 | tee "$OUT/start.log" | tail -12 ;;
     profile)

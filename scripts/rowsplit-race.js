@@ -1,10 +1,10 @@
 #!/usr/bin/env node
-// Racecheck workload for the W 256 (row split) Hopper backward (development; bench/NOTES-bwd.md,
-// forty-fourth session): dense D 256 calls whose walks reuse each ring stage several times (N 1024:
-// 16 row blocks), without and with `deterministic`, full and causal. Run it under
-// `compute-sanitizer --tool racecheck`; prints one line per call with the gradients' finiteness.
-// RACE_D / RACE_N / RACE_DTYPES change the head dim (128: the key split, for comparison), the
-// sequence length and the dtypes (comma-separated).
+// Racecheck workload for the warp-specialised Hopper backward (bench/NOTES-bwd.md, forty-fourth and
+// forty-fifth sessions): dense calls whose walks reuse each Q / dO ring stage many times (N 1024: 16
+// row blocks), without and with `deterministic`, full and causal; D 256 by default (the row split).
+// Run it under `compute-sanitizer --tool racecheck` (gpu-run.sh's sanitize step does, at D 256 and
+// 128); prints one line per call with the gradients' finiteness. RACE_D / RACE_N / RACE_DTYPES change
+// the head dim (128 / 64: the key split), the sequence length and the dtypes (comma-separated).
 'use strict';
 const { Tensor, flashAttention, flashAttentionBackward } = require('..');
 
