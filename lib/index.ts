@@ -1,6 +1,6 @@
 // flash-attention-node: FlashAttention forward and backward for Node.js.
 import { native } from './native';
-import { callNative, callNativeAsync, parseDevice, type Device } from './tensor';
+import { callNative, callNativeAsync, cpuCallsDone, parseDevice, type Device } from './tensor';
 
 export { Tensor, type DType, type Device } from './tensor';
 export {
@@ -53,11 +53,12 @@ function cudaIndex(fn: string, device: unknown): number {
 /**
  * Resolves once all work queued so far on the device is done; rejects with the CUDA error name when
  * queued work failed (a failure inside a kernel makes the device unusable for the rest of the
- * process, as in every CUDA program). 'cpu' resolves at once (CPU calls settle when done).
+ * process, as in every CUDA program). 'cpu': once every CPU call made so far on this thread has
+ * settled (each call's own Promise carries its result or error; this one resolves either way).
  */
 export async function synchronize(device?: Device): Promise<void> {
   const fn = 'synchronize';
-  if (device === 'cpu') return;
+  if (device === 'cpu') return cpuCallsDone();
   const d = cudaIndex(fn, device);
   await callNativeAsync(fn, () => native.synchronize(d));
 }
@@ -83,7 +84,7 @@ export function resetPeakMemoryStats(device?: Device): void {
  */
 export async function emptyCache(device?: Device): Promise<void> {
   const fn = 'emptyCache';
-  if (device === 'cpu') return;  // the CPU backend pools nothing (as synchronize('cpu') waits for nothing)
+  if (device === 'cpu') return cpuCallsDone();  // the CPU backend pools nothing to hand back to a driver
   const d = cudaIndex(fn, device);
   await callNativeAsync(fn, () => native.emptyCache(d));
 }

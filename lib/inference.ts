@@ -14,7 +14,7 @@ import {
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
-import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, OutLse, Grads, type DType } from './tensor';
+import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, trackCpuCall, OutLse, Grads, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
 export type IndexArray = Int32Array | Tensor;
@@ -97,9 +97,12 @@ function checkIndex(fn: string, name: string, v: unknown, device: number, length
   let len: number;
   let slot: Handle | Int32Array;
   if (v instanceof Int32Array) {
-    host = v;
-    len = v.length;
-    slot = v;
+    // Memory shared with other threads (a SharedArrayBuffer) can change while this call checks and
+    // copies it: the call takes its own copy first, so that the checks and the kernel see one set
+    // of values.
+    host = typeof SharedArrayBuffer !== 'undefined' && v.buffer instanceof SharedArrayBuffer ? v.slice() : v;
+    len = host.length;
+    slot = host;
   } else if (Tensor.isTensor(v)) {
     if (v.disposed) throw new TypeError(`${fn}: ${name} is disposed, got a disposed Tensor`);
     if (v.dtype !== 'int32') throw typeError(fn, `${name}.dtype`, `must be 'int32'`, v.dtype);
@@ -665,8 +668,8 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   if (device < 0) {
     out ??= Tensor.wrapHost(hostArray(o0.dtype, o0.size), o0.shape, o0.dtype);
     lse ??= Tensor.wrapHost(new Float32Array(B * N * H), lseShape, 'float32');
-    await callNative(fn, () => native.merge(P, os, ls as Float32Array[], slotOf(out, fn, 'options.out'),
-      slotOf(lse, fn, 'options.lse') as Float32Array) as Promise<void>);
+    await trackCpuCall(callNativeAsync(fn, () => native.merge(P, os, ls as Float32Array[], slotOf(out, fn, 'options.out'),
+      slotOf(lse, fn, 'options.lse') as Float32Array) as Promise<void>));
     return new OutLse(out, lse);
   }
   const h = callNative(fn, () => native.merge(P, os, ls as Array<Handle | Float32Array>, outSlot(out, fn, 'options.out', device),

@@ -282,6 +282,24 @@ export function callNative<T>(fn: string, f: () => T): T {
   }
 }
 
+/** CPU-backend calls in flight on this thread (their Promises), for synchronize('cpu'). */
+const cpuInFlight = new Set<Promise<unknown>>();
+
+/** Counts a CPU call as in flight until its Promise settles; returns the Promise. */
+export function trackCpuCall<T>(p: Promise<T>): Promise<T> {
+  cpuInFlight.add(p);
+  const done = () => {
+    cpuInFlight.delete(p);
+  };
+  p.then(done, done);
+  return p;
+}
+
+/** Settles once every CPU call in flight now (made on this thread) has settled. */
+export async function cpuCallsDone(): Promise<void> {
+  if (cpuInFlight.size > 0) await Promise.allSettled([...cpuInFlight]);
+}
+
 /** Like callNative for a call that may return a Promise. */
 export async function callNativeAsync<T>(fn: string, f: () => T | Promise<T>): Promise<T> {
   try {

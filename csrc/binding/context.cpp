@@ -468,9 +468,17 @@ void DeviceContext::WaiterLoop() {
     napi_status st = tsfn_.NonBlockingCall(it, [this](Napi::Env env, Napi::Function, Item* item) {
       std::unique_ptr<Item> owned(item);
       if (env != nullptr) {
-        Napi::HandleScope scope(env);
-        item->done(env, item->result);
-        if (--pending_ == 0) tsfn_.Unref(env);
+        // (as CpuWorker::OnWorkComplete: a JS thread that is going away cannot settle the Promise,
+        // and node-addon-api's exception for that must not leave this callback)
+        try {
+          Napi::HandleScope scope(env);
+          item->done(env, item->result);
+        } catch (...) {
+        }
+        try {
+          if (--pending_ == 0) tsfn_.Unref(env);
+        } catch (...) {
+        }
       }
     });
     // The environment is going away: the item (which may hold JS references) is leaked rather than

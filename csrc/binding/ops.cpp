@@ -147,7 +147,7 @@ void* HostPtr(const Call& c, Slot s, size_t bytes, bool required) {
   if (t.ByteLength() < bytes)
     throw Internal(c.env, std::string(kSlotNames[s]) + " has " + std::to_string(t.ByteLength()) + " bytes, needs " +
                               std::to_string(bytes));
-  return static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
+  return TypedArrayData(t);
 }
 
 // Calls whose work is at most this many multiply-adds (or elements moved) run on the calling (JS)
@@ -205,15 +205,28 @@ class CpuWorker : public Napi::AsyncWorker {
   }
 
  protected:
-  void Execute() override {
-    const std::string err = RunCore();
-    if (!err.empty()) SetError(err);
+  void Execute() override { err_ = RunCore(); }
+  // Settles the Promise on the JS thread. When that thread is going away (its worker_thread was
+  // terminated or exited, or the process is exiting) with the call still running, N-API can no
+  // longer create the result or settle the Promise, and node-addon-api reports that by throwing:
+  // out of a libuv callback that would abort the whole process. Nobody can observe the Promise
+  // then, so the failure is dropped (NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS, set in CMakeLists.txt,
+  // covers the error objects node-addon-api makes on the way).
+  void OnWorkComplete(Napi::Env env, napi_status status) override {
+    if (status != napi_cancelled) {
+      try {
+        Napi::HandleScope scope(env);
+        if (err_.empty()) deferred_.Resolve(env.Undefined());
+        else deferred_.Reject(Napi::Error::New(env, err_).Value());
+      } catch (...) {
+      }
+    }
+    Destroy();
   }
-  void OnOK() override { deferred_.Resolve(Env().Undefined()); }
-  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
 
  private:
   Napi::Promise::Deferred deferred_;
+  std::string err_;
   std::vector<Napi::ObjectReference> refs_;
   std::vector<std::unique_ptr<int32_t[]>> owned_;
 };
@@ -570,7 +583,7 @@ struct IndexStaging {
     if (v.IsTypedArray()) {
       Napi::TypedArray t = v.As<Napi::TypedArray>();
       if (t.ByteLength() < bytes) throw Internal(cc.c.env, std::string(kSlotNames[s]) + " is too short");
-      host.push_back({s, static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset(), bytes, dst});
+      host.push_back({s, TypedArrayData(t), bytes, dst});
       return;
     }
     *dst = static_cast<const int32_t*>(cc.In(s, bytes));
@@ -867,7 +880,7 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
         Napi::TypedArray t = v.As<Napi::TypedArray>();
         if (t.ByteLength() < bytes) throw Internal(env, std::string(what) + " is too short");
         w->Keep(t);
-        return static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
+        return TypedArrayData(t);
       };
       for (int i = 0; i < n; ++i) {
         (*ptrs)[i] = host(outs.Get(uint32_t(i)), obytes, "outs[i]");

@@ -3,7 +3,17 @@
 #pragma once
 #include <napi.h>
 
+#include <cstdint>
+
 namespace fab {
+// The first element of a typed array. (Through t.ArrayBuffer().Data() an array whose memory is a
+// SharedArrayBuffer was refused: napi_get_arraybuffer_info takes ArrayBuffers only.)
+inline uint8_t* TypedArrayData(const Napi::TypedArray& t) {
+  void* data = nullptr;
+  if (napi_get_typedarray_info(t.Env(), t, nullptr, nullptr, &data, nullptr, nullptr) != napi_ok)
+    throw Napi::Error::New(t.Env(), "internal: the typed array's memory could not be read");
+  return static_cast<uint8_t*>(data);
+}
 // ops.cpp
 Napi::Value Call_(const Napi::CallbackInfo& info);   // call(op, params, slots)
 Napi::Value Merge(const Napi::CallbackInfo& info);   // merge(params, outs, lses, out, lse)

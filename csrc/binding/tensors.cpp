@@ -60,7 +60,7 @@ struct HostView {
 HostView HostArg(const Napi::Value& v, const char* what) {
   if (!v.IsTypedArray()) throw Napi::TypeError::New(v.Env(), std::string("internal: ") + what + " must be a typed array");
   Napi::TypedArray t = v.As<Napi::TypedArray>();
-  return {static_cast<uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset(), t.ByteLength()};
+  return {TypedArrayData(t), t.ByteLength()};
 }
 
 }  // namespace
