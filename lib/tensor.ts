@@ -227,7 +227,9 @@ export class Tensor {
       const handle = callNative(fn, () => native.copyDevice(s.handle, dev));
       return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
     }
-    const handle = await callNativeAsync(fn, () => native.upload(dev, s.data));
+    if (cpuPending > 0) await cpuTail;  // the CPU calls made before this copy
+    const data = s.data;
+    const handle = await callNativeAsync(fn, () => native.upload(dev, data));
     return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
@@ -235,7 +237,11 @@ export class Tensor {
   async toTypedArray(): Promise<Float32Array | Uint16Array | Int32Array> {
     const fn = 'Tensor.toTypedArray';
     const s = this.storage(fn, 'tensor');
-    if (s.kind === 'host') return s.data.slice();
+    if (s.kind === 'host') {
+      const data = s.data;
+      if (cpuPending > 0) await cpuTail;  // the CPU calls made before this read (one may write the tensor)
+      return data.slice();
+    }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));
     return out;
@@ -282,22 +288,38 @@ export function callNative<T>(fn: string, f: () => T): T {
   }
 }
 
-/** CPU-backend calls in flight on this thread (their Promises), for synchronize('cpu'). */
-const cpuInFlight = new Set<Promise<unknown>>();
+// CPU-backend calls made on this thread run one after another in call order, as a GPU stream runs
+// its calls: a call that uses what an earlier one writes (appendKV's cache, an `out` tensor) finds it
+// written whether or not the caller awaited the earlier call, and a host read waits for the calls
+// made before it. A call made while none is pending starts at once (a small one on the calling
+// thread, as before); one made behind others starts when the one before it has settled.
+let cpuTail: Promise<void> = Promise.resolve();
+let cpuPending = 0;
+const cpuSettled = () => {
+  cpuPending--;
+};
 
-/** Counts a CPU call as in flight until its Promise settles; returns the Promise. */
-export function trackCpuCall<T>(p: Promise<T>): Promise<T> {
-  cpuInFlight.add(p);
-  const done = () => {
-    cpuInFlight.delete(p);
-  };
-  p.then(done, done);
+/** Whether a CPU call made now would wait for earlier ones (its mutable arguments must be copied). */
+export function cpuBusy(): boolean {
+  return cpuPending > 0;
+}
+
+/** Runs `start` (one CPU call) in this thread's call order; returns its Promise. */
+export function inCpuOrder<T>(start: () => Promise<T>): Promise<T> {
+  const p = cpuPending === 0 ? start() : cpuTail.then(start);
+  cpuPending++;
+  cpuTail = p.then(cpuSettled, cpuSettled);
   return p;
 }
 
-/** Settles once every CPU call in flight now (made on this thread) has settled. */
+/** Settles once every CPU call made so far on this thread has settled. */
 export async function cpuCallsDone(): Promise<void> {
-  if (cpuInFlight.size > 0) await Promise.allSettled([...cpuInFlight]);
+  if (cpuPending > 0) await cpuTail;
+}
+
+/** A slot value as a call queued behind others must hold it: a caller's Int32Array copied. */
+export function ownSlot<T>(v: T): T {
+  return (v instanceof Int32Array ? v.slice() : v) as T;
 }
 
 /** Like callNative for a call that may return a Promise. */

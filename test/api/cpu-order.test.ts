@@ -1,0 +1,136 @@
+// CPU-backend calls run in call order on their thread, as a GPU stream runs its calls (forty-fifth
+// session): code written for the GPU's model (later calls made without awaiting earlier ones) gets
+// the same results on the CPU backend. Before, CPU calls ran concurrently and such code read
+// half-written caches and outputs without an error. Each case compares the un-awaited chain with
+// the same calls awaited one by one (the CPU backend is deterministic: bit for bit).
+import { describe, expect, it } from 'vitest';
+import {
+  Tensor, appendKV, flashAttention, flashAttentionVarlen, pagedAttention, synchronize,
+} from '../../lib/index';
+
+const rand = (n: number, seed: number) => {
+  let x = seed >>> 0;
+  return Float32Array.from({ length: n }, () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32 - 0.5) * 2);
+};
+const tensor = (shape: number[], seed: number, dtype: 'float32' | 'float16' = 'float32') =>
+  Tensor.from(rand(shape.reduce((a, b) => a * b), seed), shape, { dtype });
+const bits = async (t: Tensor) => t.toTypedArray();
+/** The number of elements in which two results differ (0: bit-identical), or -1 for different lengths. */
+const differing = (a: ArrayLike<number>, b: ArrayLike<number>) => {
+  if (a.length !== b.length) return -1;
+  let n = 0;
+  for (let i = 0; i < a.length; i++) if (!Object.is(a[i], b[i])) n++;
+  return n;
+};
+
+// [1, 512, 8, 64]: ~270 M multiply-adds, far above the inline limit, so the call runs on a worker
+// (before the change, 7 of 10 chained calls of this size read a half-written tensor).
+const S = [1, 512, 8, 64];
+
+describe('CPU calls in call order', () => {
+  it('a call reading an `out` that an un-awaited call writes sees it written', async () => {
+    const [q, k, v] = [tensor(S, 1), tensor(S, 2), tensor(S, 3)];
+    // awaited
+    const x1 = await Tensor.empty(S);
+    await flashAttention(q, k, v, { out: x1 });
+    const ref = await flashAttention(x1, k, v, { causal: true });
+    // not awaited (three times)
+    for (let i = 0; i < 3; i++) {
+      const x2 = await Tensor.empty(S);
+      const first = flashAttention(q, k, v, { out: x2 });
+      const second = flashAttention(x2, k, v, { causal: true });
+      const [, got] = await Promise.all([first, second]);
+      expect(differing(await bits(got.out), await bits(ref.out))).toBe(0);
+    }
+  });
+
+  it('appendKV followed by pagedAttention without awaiting reads the appended keys', async () => {
+    // a prefill of 2560 tokens appended (on a worker), then a decode step over them
+    const H = 8, Hkv = 4, D = 64, page = 16, pages = 170, T = 2560;
+    const table = Int32Array.from({ length: 160 }, (_, i) => (i * 7) % pages);
+    const kn = tensor([T, Hkv, D], 4), vn = tensor([T, Hkv, D], 5), q = tensor([1, H, D], 6);
+    const append = { pageTable: table, cuSeqlensNew: Int32Array.from([0, T]), seqlensBefore: Int32Array.from([0]) };
+    const decode = { pageTable: table, seqlensK: Int32Array.from([T]), cuSeqlensQ: Int32Array.from([0, 1]) };
+    const run = async (awaitEach: boolean) => {
+      const kc = await Tensor.zeros([pages, page, Hkv, D]), vc = await Tensor.zeros([pages, page, Hkv, D]);
+      const a = appendKV(kc, vc, kn, vn, append);
+      if (awaitEach) await a;
+      const r = pagedAttention(q, kc, vc, decode);
+      await a;
+      return bits((await r).out);
+    };
+    const ref = await run(true);
+    for (let i = 0; i < 3; i++) expect(differing(await run(false), ref)).toBe(0);
+  });
+
+  it('a host read during a call that writes the tensor returns the finished result', async () => {
+    const [q, k, v] = [tensor(S, 7), tensor(S, 8), tensor(S, 9)];
+    const ref = await flashAttention(q, k, v);
+    const x = await Tensor.empty(S);
+    const call = flashAttention(q, k, v, { out: x });
+    const read = x.toTypedArray();   // made after the call: waits for it
+    expect(differing(await read, await bits(ref.out))).toBe(0);
+    await call;
+    // Tensor.to from the host likewise waits (to 'cpu': a copy)
+    const y = await Tensor.empty(S);
+    const call2 = flashAttention(q, k, v, { out: y, causal: true });
+    const copy = await y.to('cpu');
+    await call2;
+    expect(differing(await bits(copy), await bits(y))).toBe(0);
+  });
+
+  it('two un-awaited calls writing the same `out` leave the second one\'s result', async () => {
+    const [q, k, v] = [tensor(S, 10), tensor(S, 11), tensor(S, 12)];
+    const refSecond = await flashAttention(q, k, v, { causal: true, window: [32, 0] });
+    for (let i = 0; i < 3; i++) {
+      const x = await Tensor.empty(S);
+      const a = flashAttention(q, k, v, { out: x });
+      const b = flashAttention(q, k, v, { out: x, causal: true, window: [32, 0] });
+      await Promise.all([a, b]);
+      expect(differing(await bits(x), await bits(refSecond.out))).toBe(0);
+    }
+  });
+
+  it('a queued call uses its index arrays as they were when it was made', async () => {
+    const H = 2, D = 32, lens = [200, 56];
+    const total = 256;
+    const [q, k, v] = [tensor([total, H, D], 13), tensor([total, H, D], 14), tensor([total, H, D], 15)];
+    const cu = Int32Array.from([0, 200, 256]);
+    const ref = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, maxSeqlenQ: 200, maxSeqlenK: 200, causal: true });
+    const [bq, bk, bv] = [tensor(S, 16), tensor(S, 17), tensor(S, 18)];
+    const busy = flashAttention(bq, bk, bv);    // running: the next call waits behind it
+    const mine = Int32Array.from(cu);
+    const queued = flashAttentionVarlen(q, k, v, { cuSeqlensQ: mine, cuSeqlensK: mine, maxSeqlenQ: 200, maxSeqlenK: 200, causal: true });
+    mine.set([0, 56, 256]);                   // the caller reuses its array at once
+    const [, r] = await Promise.all([busy, queued]);
+    expect(differing(await bits(r.out), await bits(ref.out))).toBe(0);
+    expect(lens[0] + lens[1]).toBe(total);
+  });
+
+  it('calls settle in call order; a small call behind a large one waits for it; a refused call rejects alone', async () => {
+    const [q, k, v] = [tensor(S, 19, 'float16'), tensor(S, 20, 'float16'), tensor(S, 21, 'float16')];
+    const order: number[] = [];
+    const x = await Tensor.empty(S, { dtype: 'float16' });
+    const calls: Promise<unknown>[] = [
+      flashAttention(q, k, v, { out: x }).then(() => order.push(0)),
+      // a decode-sized call (inline when nothing is pending) reading x's first row
+      flashAttention(x, k, v).then(() => order.push(1)),
+      flashAttention(q, k, v, { causal: true }).then(() => order.push(2)),
+    ];
+    await Promise.all(calls);
+    expect(order).toEqual([0, 1, 2]);
+    const ref1 = await flashAttention(await flashAttention(q, k, v).then((r) => r.out), k, v);
+    const again = await flashAttention(x, k, v);
+    expect(differing(await bits(again.out), await bits(ref1.out))).toBe(0);
+
+    // a call refused by its checks between two queued ones rejects alone; the queue goes on
+    const good1 = flashAttention(q, k, v);
+    const bad = flashAttention(q, k, v, { window: [-2, 0] });
+    const good2 = flashAttention(q, k, v, { causal: true });
+    await expect(bad).rejects.toBeInstanceOf(RangeError);
+    const [g1, g2] = await Promise.all([good1, good2]);
+    expect(differing(await bits(g1.out), await bits((await flashAttention(q, k, v)).out))).toBe(0);
+    expect(g2.out.shape).toEqual(S);
+    await synchronize('cpu');
+  });
+});
