@@ -227,9 +227,10 @@ export class Tensor {
       const handle = callNative(fn, () => native.copyDevice(s.handle, dev));
       return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
     }
-    if (cpuPending > 0) await cpuTail;  // the CPU calls made before this copy
     const data = s.data;
-    const handle = await callNativeAsync(fn, () => native.upload(dev, data));
+    const upload = () => callNativeAsync(fn, () => native.upload(dev, data));
+    // behind the CPU calls made before it, and ahead of those made after it
+    const handle = await (cpuPending > 0 ? inCpuOrder(upload) : upload());
     return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
@@ -239,8 +240,8 @@ export class Tensor {
     const s = this.storage(fn, 'tensor');
     if (s.kind === 'host') {
       const data = s.data;
-      if (cpuPending > 0) await cpuTail;  // the CPU calls made before this read (one may write the tensor)
-      return data.slice();
+      // behind the CPU calls made before this read (one may write the tensor), and ahead of those made after it
+      return cpuPending > 0 ? inCpuOrder(async () => data.slice()) : data.slice();
     }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));

@@ -183,10 +183,18 @@ class CpuWorker : public Napi::AsyncWorker {
 
   // Runs the call; "" on success, else the core's message (or the status name).
   std::string RunCore() {
-    const fa_status s = run();
-    if (s == FA_OK) return std::string();
-    const std::string msg = fa_last_error();
-    return msg.empty() ? fa_status_name(s) : msg;
+    try {
+      const fa_status s = run();
+      if (s == FA_OK) return std::string();
+      const std::string msg = fa_last_error();
+      return msg.empty() ? fa_status_name(s) : msg;
+    } catch (const std::bad_alloc&) {  // (a binding-side buffer, e.g. the rotated q of a paged call)
+      return "out of host memory (std::bad_alloc)";
+    } catch (const std::exception& e) {
+      return std::string("internal error: ") + e.what();
+    } catch (...) {
+      return "internal error";
+    }
   }
 
   // Runs the call here when `work` is small (the Promise is settled before this returns; `this` is

@@ -79,6 +79,24 @@ describe('CPU calls in call order', () => {
     expect(differing(await bits(copy), await bits(y))).toBe(0);
   });
 
+  it('a host read made before a write returns the data from before it', async () => {
+    const T = [1, 4, 2, 8];
+    const mk = (seed: number) => Tensor.from(Float32Array.from({ length: 64 }, (_, i) => Math.sin(i * seed)), T);
+    const [q, k, v, q2] = [mk(1), mk(2), mk(3), mk(5)];
+    for (const read of ['to', 'toTypedArray'] as const) {
+      const t = await Tensor.zeros(T);
+      const busy = flashAttention(q, k, v);  // a call made before (small: it runs on this thread)
+      const r = read === 'to' ? t.to('cpu').then((c) => c.toTypedArray()) : t.toTypedArray();  // made first
+      // made second, after the queue may have drained (two microtasks on)
+      const w = (async () => { await null; await null; await flashAttention(q2, k, v, { out: t }); })();
+      const got = await r;
+      await Promise.all([busy, w]);
+      expect(Array.from(got).every((x) => x === 0)).toBe(true);
+      expect(Array.from(await t.toTypedArray()).some((x) => x !== 0)).toBe(true);
+    }
+    [q, k, v, q2].forEach((x) => x.dispose());
+  });
+
   it('two un-awaited calls writing the same `out` leave the second one\'s result', async () => {
     const [q, k, v] = [tensor(S, 10), tensor(S, 11), tensor(S, 12)];
     const refSecond = await flashAttention(q, k, v, { causal: true, window: [32, 0] });

@@ -101,6 +101,29 @@ describe('worker threads ending with CPU calls in flight', () => {
     expect(r.status, r.out).toBe(7);
   });
 
+  it('workers that load the addon while the main thread never does come and go without a crash', () => {
+    // The CPU backend's thread pool outlives the worker that started it, and Node unloads an addon with
+    // the last environment that required it: a review saw SIGSEGV in the pool's threads in most runs
+    // of this pattern (under load; not reproduced on an idle machine). Linked -z nodelete since.
+    const r = spawnSync(process.execPath, ['-e', `
+      const { Worker } = require('node:worker_threads');
+      const code = ${JSON.stringify(workerBody('forward', ''))};
+      (async () => {
+        for (let i = 0; i < 6; i++) {
+          const w = new Worker(code, { eval: true });
+          await new Promise((res) => w.once('message', res));
+          await new Promise((res) => setTimeout(res, 40));
+          await w.terminate();
+        }
+        console.log('survived');
+      })();
+    `], { encoding: 'utf8', timeout: 90_000 });
+    const out = `${r.stdout}${r.stderr}`;
+    expect(r.signal, out).toBeNull();
+    expect(r.status, out).toBe(0);
+    expect(out).toMatch(/survived/);
+  });
+
   it('calls made in three workers at once give the main thread\'s bits', () => {
     const r = runChild(`
       const { Worker } = require('node:worker_threads');
