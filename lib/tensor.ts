@@ -228,9 +228,8 @@ export class Tensor {
       return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
     }
     const data = s.data;
-    const upload = () => callNativeAsync(fn, () => native.upload(dev, data));
     // behind the CPU calls made before it, and ahead of those made after it
-    const handle = await (cpuPending > 0 ? inCpuOrder(upload) : upload());
+    const handle = await inCpuOrder(() => callNativeAsync(fn, () => native.upload(dev, data)));
     return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
@@ -241,7 +240,7 @@ export class Tensor {
     if (s.kind === 'host') {
       const data = s.data;
       // behind the CPU calls made before this read (one may write the tensor), and ahead of those made after it
-      return cpuPending > 0 ? inCpuOrder(async () => data.slice()) : data.slice();
+      return inCpuOrder(async () => data.slice());
     }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));
