@@ -6,8 +6,10 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (forty-sixth session): rp (prepared: the forward's releases as one predicated arrival), then the grid on the
-# H200 when it is lent (HB=arr hp, .devbin/arr = 8c9bfdf's build: the D 64 backward's +3-5% is read on an H100 only).
+# NEXT (forty-sixth session): GB=new3 ST=400 g (.devbin/new3 = 4ecc611's 90a build: the binding's teardown guards,
+# -z nodelete; test/cuda/workers.test.ts has never run), rp (prepared: the forward's
+# releases as one predicated arrival), then the grid on the H200 when it is lent (HB=arr hp or HB=new3 hp: the D 64
+# backward's +3-5% of 8c9bfdf is read on an H100 only).
 #
 # Forty-fifth session: g (GPU suite + sanitizers on 710d739's build, D 128 backward turns), rs (the row split's
 # racecheck hazards: the same with bwd-rowsplit-empty.patch, so not the writer's hop; the deterministic grid),
@@ -358,8 +360,9 @@ case "${1:-w}" in
   g)
     # forty-third session, call 3: this tree's build with FA_BWD_WS_DQ_FIRST on (.devbin/new2, all head dims)
     # through the GPU suite with the sanitizers, then the D 128 backward cells against cuDNN in turns
-    need .devbin/new2/addon.xz
-    use_addon new2
+    GB=${GB:-new2}  # the build (forty-sixth session: GB=new3, 4ecc611's)
+    need .devbin/$GB/addon.xz
+    use_addon $GB
     mkdir -p "$OUT/g"
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/g bash scripts/gpu-run.sh tests-san > "$OUT/g/tests-san-step.log" 2>&1
     log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/g/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
