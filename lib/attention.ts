@@ -6,7 +6,7 @@
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuBusy, inCpuOrder, ownSlot, spareHandle, OutLse, Grads, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuDeps, inCpuOrder, ownSlot, spareHandle, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -291,11 +291,12 @@ export function runCall(fn: string, op: number, P: Float64Array, device: number,
 /** runCall with the slot array already made (slotArray, or indexed by S and slot_count set). */
 export function runSlots(fn: string, op: number, P: Float64Array, device: number, arr: SlotValue[]): Handle[] | Promise<Handle[]> {
   if (device < 0) {
-    // (behind earlier CPU calls: the shared params record and the caller's index arrays are copied now)
-    const queued = cpuBusy();
-    const Pc = queued ? P.slice() : P;
-    const ac = queued ? arr.map(ownSlot) : arr;
-    return inCpuOrder(() => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>)).then(() => []);
+    // (behind earlier CPU calls on the same tensors: the shared params record and the caller's index
+    // arrays are copied now)
+    const deps = cpuDeps(arr);
+    const Pc = deps.length > 0 ? P.slice() : P;
+    const ac = deps.length > 0 ? arr.map(ownSlot) : arr;
+    return inCpuOrder(arr, () => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>), deps).then(() => []);
   }
   // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
   return callNative(fn, () => native.call(op, P, arr) as Handle[]);

@@ -54,8 +54,7 @@ function cudaIndex(fn: string, device: unknown): number {
  * Resolves once all work queued so far on the device is done; rejects with the CUDA error name when
  * queued work failed (a failure inside a kernel makes the device unusable for the rest of the
  * process, as in every CUDA program). 'cpu': once every CPU call made so far on this thread has
- * settled (they run in call order; each call's own Promise carries its result or error, this one
- * resolves either way).
+ * settled (each call's own Promise carries its result or error; this one resolves either way).
  */
 export async function synchronize(device?: Device): Promise<void> {
   const fn = 'synchronize';

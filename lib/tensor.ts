@@ -229,7 +229,7 @@ export class Tensor {
     }
     const data = s.data;
     // behind the CPU calls made before it, and ahead of those made after it
-    const handle = await inCpuOrder(() => callNativeAsync(fn, () => native.upload(dev, data)));
+    const handle = await inCpuOrder([data], () => callNativeAsync(fn, () => native.upload(dev, data)));
     return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
@@ -239,8 +239,8 @@ export class Tensor {
     const s = this.storage(fn, 'tensor');
     if (s.kind === 'host') {
       const data = s.data;
-      // behind the CPU calls made before this read (one may write the tensor), and ahead of those made after it
-      return inCpuOrder(async () => data.slice());
+      // behind the CPU calls made before this read that use the tensor, and ahead of those made after it
+      return inCpuOrder([data], async () => data.slice());
     }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));
@@ -288,33 +288,48 @@ export function callNative<T>(fn: string, f: () => T): T {
   }
 }
 
-// CPU-backend calls made on this thread run one after another in call order, as a GPU stream runs
+// CPU-backend calls of this thread that share host memory run in call order, as a GPU stream runs
 // its calls: a call that uses what an earlier one writes (appendKV's cache, an `out` tensor) finds it
-// written whether or not the caller awaited the earlier call, and a host read waits for the calls
-// made before it. A call made while none is pending starts at once (a small one on the calling
-// thread, as before); one made behind others starts when the one before it has settled.
-let cpuTail: Promise<void> = Promise.resolve();
-let cpuPending = 0;
-const cpuSettled = () => {
-  cpuPending--;
-};
+// written whether or not the caller awaited the earlier call, and a host read or upload of a tensor
+// waits for the calls made before it that use the tensor (and later calls wait for the read).
+// Calls on disjoint tensors still run side by side, and a call with nothing to wait for starts at
+// once (a small one on the calling thread). Any shared array counts, read or written.
+const lastUse = new Map<ArrayBufferLike, Promise<void>>();  // memory -> the latest pending call that uses it
+const cpuAll = new Set<Promise<void>>();                   // every pending call (settles, never rejects)
+const noop = () => {};
+const memoryOf = (a: unknown): ArrayBufferLike | undefined => (ArrayBuffer.isView(a) ? a.buffer : undefined);
 
-/** Whether a CPU call made now would wait for earlier ones (its mutable arguments must be copied). */
-export function cpuBusy(): boolean {
-  return cpuPending > 0;
+/** The pending CPU calls that a call using `arrays` must wait for. */
+export function cpuDeps(arrays: readonly unknown[]): Promise<void>[] {
+  const deps = new Set<Promise<void>>();
+  for (const a of arrays) {
+    const m = memoryOf(a);
+    const d = m === undefined ? undefined : lastUse.get(m);
+    if (d !== undefined) deps.add(d);
+  }
+  return [...deps];
 }
 
-/** Runs `start` (one CPU call) in this thread's call order; returns its Promise. */
-export function inCpuOrder<T>(start: () => Promise<T>): Promise<T> {
-  const p = cpuPending === 0 ? start() : cpuTail.then(start);
-  cpuPending++;
-  cpuTail = p.then(cpuSettled, cpuSettled);
+/**
+ * Runs `start` (one CPU call, or a host read) once the pending calls that use any of `arrays` have
+ * settled, at once when there are none (`deps`: cpuDeps(arrays), when the caller needed them first).
+ */
+export function inCpuOrder<T>(arrays: readonly unknown[], start: () => Promise<T>, deps = cpuDeps(arrays)): Promise<T> {
+  const p = deps.length === 0 ? start() : (deps.length === 1 ? deps[0] : Promise.all(deps)).then(start);
+  const settled = p.then(noop, noop);
+  const mems = arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined);
+  for (const m of mems) lastUse.set(m, settled);
+  cpuAll.add(settled);
+  void settled.then(() => {
+    cpuAll.delete(settled);
+    for (const m of mems) if (lastUse.get(m) === settled) lastUse.delete(m);
+  });
   return p;
 }
 
 /** Settles once every CPU call made so far on this thread has settled. */
 export async function cpuCallsDone(): Promise<void> {
-  if (cpuPending > 0) await cpuTail;
+  if (cpuAll.size > 0) await Promise.allSettled([...cpuAll]);
 }
 
 /** A slot value as a call queued behind others must hold it: a caller's Int32Array copied. */

@@ -1,7 +1,8 @@
-// CPU-backend calls run in call order on their thread, as a GPU stream runs its calls (forty-fifth
-// session): code written for the GPU's model (later calls made without awaiting earlier ones) gets
-// the same results on the CPU backend. Before, CPU calls ran concurrently and such code read
-// half-written caches and outputs without an error. Each case compares the un-awaited chain with
+// CPU-backend calls that share tensors run in call order on their thread, as a GPU stream runs its
+// calls (forty-fifth session): code written for the GPU's model (later calls made without awaiting
+// earlier ones) gets the same results on the CPU backend; calls on disjoint tensors do not wait.
+// Before, CPU calls ran concurrently and such code read half-written caches and outputs without an
+// error. Each case compares the un-awaited chain with
 // the same calls awaited one by one (the CPU backend is deterministic: bit for bit).
 import { describe, expect, it } from 'vitest';
 import {
@@ -115,14 +116,31 @@ describe('CPU calls in call order', () => {
     const [q, k, v] = [tensor([total, H, D], 13), tensor([total, H, D], 14), tensor([total, H, D], 15)];
     const cu = Int32Array.from([0, 200, 256]);
     const ref = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, maxSeqlenQ: 200, maxSeqlenK: 200, causal: true });
-    const [bq, bk, bv] = [tensor(S, 16), tensor(S, 17), tensor(S, 18)];
-    const busy = flashAttention(bq, bk, bv);    // running: the next call waits behind it
+    // running on the same q / k / v: the next call waits behind it (and so takes its copies)
+    const busy = flashAttentionVarlen(q, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu, maxSeqlenQ: 200, maxSeqlenK: 200 });
     const mine = Int32Array.from(cu);
     const queued = flashAttentionVarlen(q, k, v, { cuSeqlensQ: mine, cuSeqlensK: mine, maxSeqlenQ: 200, maxSeqlenK: 200, causal: true });
     mine.set([0, 56, 256]);                   // the caller reuses its array at once
     const [, r] = await Promise.all([busy, queued]);
     expect(differing(await bits(r.out), await bits(ref.out))).toBe(0);
     expect(lens[0] + lens[1]).toBe(total);
+  });
+
+  it('calls on disjoint tensors do not wait for each other', async () => {
+    const [q, k, v] = [tensor(S, 40), tensor(S, 41), tensor(S, 42)];
+    const small = [1, 4, 2, 8];
+    const [a, b, c] = [tensor(small, 43), tensor(small, 44), tensor(small, 45)];
+    const order: string[] = [];
+    const large = flashAttention(q, k, v).then(() => order.push('large'));   // on a worker
+    const tiny = flashAttention(a, b, c).then(() => order.push('small'));    // other tensors: starts at once
+    await Promise.all([large, tiny]);
+    expect(order).toEqual(['small', 'large']);
+    // the same small call on the large call's k / v waits for it
+    order.length = 0;
+    const large2 = flashAttention(q, k, v).then(() => order.push('large'));
+    const tied = flashAttention(tensor([1, 4, 8, 64], 46), k, v).then(() => order.push('small'));
+    await Promise.all([large2, tied]);
+    expect(order[0]).toBe('large');
   });
 
   it('calls settle in call order; a small call behind a large one waits for it; a refused call rejects alone', async () => {
