@@ -8,13 +8,10 @@ import { describe, expect, it } from 'vitest';
 import {
   Tensor, appendKV, flashAttention, flashAttentionVarlen, pagedAttention, synchronize,
 } from '../../lib/index';
+import { Rng, randomTensor } from '../helpers/reference';
 
-const rand = (n: number, seed: number) => {
-  let x = seed >>> 0;
-  return Float32Array.from({ length: n }, () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32 - 0.5) * 2);
-};
 const tensor = (shape: number[], seed: number, dtype: 'float32' | 'float16' = 'float32') =>
-  Tensor.from(rand(shape.reduce((a, b) => a * b), seed), shape, { dtype });
+  randomTensor(new Rng(seed), shape, dtype).tensor;
 const bits = async (t: Tensor) => t.toTypedArray();
 /** The number of elements in which two results differ (0: bit-identical), or -1 for different lengths. */
 const differing = (a: ArrayLike<number>, b: ArrayLike<number>) => {

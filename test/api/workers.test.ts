@@ -9,20 +9,12 @@
 //   they are accepted, and another thread rewriting the buffer during calls never crashes the
 //   process or yields an output from values that were not checked;
 // - synchronize('cpu') resolves only after the CPU calls made before it have settled.
-import { spawnSync } from 'node:child_process';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   Tensor, appendKV, flashAttention, flashAttentionVarlen, pagedAttention, synchronize,
 } from '../../lib/index';
-
-const dist = JSON.stringify(path.resolve(__dirname, '../../dist/index.js'));
-
-/** Runs `script` (CommonJS, `fa` bound to the built package) in a child Node process. */
-function runChild(script: string, timeout = 90_000) {
-  const r = spawnSync(process.execPath, ['-e', `const fa = require(${dist});\n${script}`], { encoding: 'utf8', timeout });
-  return { status: r.status, signal: r.signal, out: `${r.stdout}${r.stderr}` };
-}
+import { distEntry as dist, runNodeChild as runChild } from '../helpers/child';
+import { Rng, randomTensor } from '../helpers/reference';
 
 // A worker body (eval'd) that starts one CPU call large enough for a libuv worker (far above the
 // inline limit of ~1M multiply-adds), tells the parent, then does `after`.
@@ -105,7 +97,7 @@ describe('worker threads ending with CPU calls in flight', () => {
     // The CPU backend's thread pool outlives the worker that started it, and Node unloads an addon with
     // the last environment that required it: a review saw SIGSEGV in the pool's threads in most runs
     // of this pattern (under load; not reproduced on an idle machine). Linked -z nodelete since.
-    const r = spawnSync(process.execPath, ['-e', `
+    const r = runChild(`
       const { Worker } = require('node:worker_threads');
       const code = ${JSON.stringify(workerBody('forward', ''))};
       (async () => {
@@ -117,11 +109,10 @@ describe('worker threads ending with CPU calls in flight', () => {
         }
         console.log('survived');
       })();
-    `], { encoding: 'utf8', timeout: 90_000 });
-    const out = `${r.stdout}${r.stderr}`;
-    expect(r.signal, out).toBeNull();
-    expect(r.status, out).toBe(0);
-    expect(out).toMatch(/survived/);
+    `, { requireFa: false });
+    expect(r.signal, r.out).toBeNull();
+    expect(r.status, r.out).toBe(0);
+    expect(r.out).toMatch(/survived/);
   });
 
   it('calls made in three workers at once give the main thread\'s bits', () => {
@@ -162,18 +153,13 @@ describe('index arrays over a SharedArrayBuffer', () => {
     s.set(a);
     return s;
   };
-  const rand = (n: number, seed: number) => {
-    let x = seed >>> 0;
-    return Float32Array.from({ length: n }, () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32 - 0.5) * 2);
-  };
+  const rand = (shape: number[], seed: number) => randomTensor(new Rng(seed), shape, 'float32').tensor;
 
   it('are accepted by flashAttentionVarlen, appendKV and pagedAttention with the same results', async () => {
     const H = 2, D = 16, lens = [5, 0, 9];
     const total = lens.reduce((a, b) => a + b, 0);
     const cu = Int32Array.from([0, 5, 5, 14]);
-    const q = Tensor.from(rand(total * H * D, 1), [total, H, D]);
-    const k = Tensor.from(rand(total * H * D, 2), [total, H, D]);
-    const v = Tensor.from(rand(total * H * D, 3), [total, H, D]);
+    const [q, k, v] = [rand([total, H, D], 1), rand([total, H, D], 2), rand([total, H, D], 3)];
     const opts = (c: Int32Array) => ({ cuSeqlensQ: c, cuSeqlensK: c, maxSeqlenQ: 9, maxSeqlenK: 9, causal: true });
     const a = await flashAttentionVarlen(q, k, v, opts(cu));
     const b = await flashAttentionVarlen(q, k, v, opts(shared(cu)));

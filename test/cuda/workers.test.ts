@@ -3,17 +3,11 @@
 // or exits, with GPU work queued and a host read pending must end alone: no abort, no hang, and the
 // main thread's calls on the same GPU keep working and stay correct. Each scenario runs in a child
 // process. Skipped (visibly) without a CUDA device; fails under FA_REQUIRE_GPU=1 when there is none.
-import { spawnSync } from 'node:child_process';
-import path from 'node:path';
 import { expect, it } from 'vitest';
+import { distEntry as dist, runNodeChild } from '../helpers/child';
 import { describeGpu } from '../helpers/reference';
 
-const dist = JSON.stringify(path.resolve(__dirname, '../../dist/index.js'));
-
-function runChild(script: string, timeout = 120_000) {
-  const r = spawnSync(process.execPath, ['-e', `const fa = require(${dist});\n${script}`], { encoding: 'utf8', timeout });
-  return { status: r.status, signal: r.signal, out: `${r.stdout}${r.stderr}` };
-}
+const runChild = (script: string) => runNodeChild(script, { timeout: 120_000 });
 
 // A worker that queues a few large GPU calls (fp16 D 128, N 4k, tens of milliseconds of work in all),
 // starts a host read of the last output, tells the parent, then does `after`.
