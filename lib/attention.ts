@@ -288,15 +288,30 @@ export function runCall(fn: string, op: number, P: Float64Array, device: number,
   return runSlots(fn, op, P, device, slotArray(P, slots));
 }
 
+let written: Map<number, number[]> | undefined;
+/** The slots an operation writes on the CPU backend (every other slot it only reads). */
+function writtenSlots(op: number): number[] {
+  written ??= new Map([
+    [OP.forward, [S.out, S.lse]],
+    [OP.paged, [S.out, S.lse]],
+    [OP.backward, [S.dq, S.dk, S.dv, S.softmax_d]],
+    [OP.append_kv, [S.k_cache, S.v_cache]],
+  ]);
+  const w = written.get(op);
+  if (w === undefined) throw new Error(`flash-attention-node: internal error: no written slots for op ${op}`);
+  return w;
+}
+
 /** runCall with the slot array already made (slotArray, or indexed by S and slot_count set). */
 export function runSlots(fn: string, op: number, P: Float64Array, device: number, arr: SlotValue[]): Handle[] | Promise<Handle[]> {
   if (device < 0) {
     // (behind earlier CPU calls on the same tensors: the shared params record and the caller's index
     // arrays are copied now)
-    const deps = cpuDeps(arr);
+    const writes = writtenSlots(op).map((i) => arr[i]);
+    const deps = cpuDeps(arr, writes);
     const Pc = deps.length > 0 ? P.slice() : P;
     const ac = deps.length > 0 ? arr.map(ownSlot) : arr;
-    return inCpuOrder(arr, () => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>), deps).then(() => []);
+    return inCpuOrder(arr, writes, () => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>), deps).then(() => []);
   }
   // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
   return callNative(fn, () => native.call(op, P, arr) as Handle[]);

@@ -670,9 +670,9 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
     lse ??= Tensor.wrapHost(new Float32Array(B * N * H), lseShape, 'float32');
     const oSlot = slotOf(out, fn, 'options.out'), lSlot = slotOf(lse, fn, 'options.lse') as Float32Array;
     const arrays = [...os, ...ls, oSlot, lSlot];
-    const deps = cpuDeps(arrays);
+    const deps = cpuDeps(arrays, [oSlot, lSlot]);
     const Pc = deps.length > 0 ? P.slice() : P;  // (behind earlier CPU calls: the shared params record copied now)
-    await inCpuOrder(arrays, () => callNativeAsync(fn, () => native.merge(Pc, os, ls as Float32Array[], oSlot, lSlot) as Promise<void>), deps);
+    await inCpuOrder(arrays, [oSlot, lSlot], () => callNativeAsync(fn, () => native.merge(Pc, os, ls as Float32Array[], oSlot, lSlot) as Promise<void>), deps);
     return new OutLse(out, lse);
   }
   const h = callNative(fn, () => native.merge(P, os, ls as Array<Handle | Float32Array>, outSlot(out, fn, 'options.out', device),

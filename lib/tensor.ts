@@ -228,8 +228,8 @@ export class Tensor {
       return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
     }
     const data = s.data;
-    // behind the CPU calls made before it, and ahead of those made after it
-    const handle = await inCpuOrder([data], () => callNativeAsync(fn, () => native.upload(dev, data)));
+    // behind the CPU calls made before it that write the tensor, and ahead of later ones that write it
+    const handle = await inCpuOrder([data], [], () => callNativeAsync(fn, () => native.upload(dev, data)));
     return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
@@ -239,8 +239,8 @@ export class Tensor {
     const s = this.storage(fn, 'tensor');
     if (s.kind === 'host') {
       const data = s.data;
-      // behind the CPU calls made before this read that use the tensor, and ahead of those made after it
-      return inCpuOrder([data], async () => data.slice());
+      // behind the CPU calls made before this read that write the tensor, and ahead of later ones that write it
+      return inCpuOrder([data], [], async () => data.slice());
     }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));
@@ -288,41 +288,72 @@ export function callNative<T>(fn: string, f: () => T): T {
   }
 }
 
-// CPU-backend calls of this thread that share host memory run in call order, as a GPU stream runs
-// its calls: a call that uses what an earlier one writes (appendKV's cache, an `out` tensor) finds it
-// written whether or not the caller awaited the earlier call, and a host read or upload of a tensor
-// waits for the calls made before it that use the tensor (and later calls wait for the read).
-// Calls on disjoint tensors still run side by side, and a call with nothing to wait for starts at
-// once (a small one on the calling thread). Any shared array counts, read or written.
-const lastUse = new Map<ArrayBufferLike, Promise<void>>();  // memory -> the latest pending call that uses it
-const cpuAll = new Set<Promise<void>>();                   // every pending call (settles, never rejects)
+// CPU-backend calls of this thread that share host memory run in call order where one of them
+// writes it, as a GPU stream runs its calls: a call that uses what an earlier one writes (appendKV's
+// cache, an `out` tensor) finds it written whether or not the caller awaited the earlier call, a call
+// that writes memory starts after the earlier calls that use it, and a host read or upload of a
+// tensor waits for the calls made before it that write the tensor (and later writers wait for the
+// read). Calls that only read the same memory (one K / V cache, one q) run side by side, as do calls
+// on disjoint tensors, and a call with nothing to wait for starts at once (a small one on the calling
+// thread). Memory is an ArrayBuffer: views of one buffer count as the same memory.
+interface Uses {
+  write?: Promise<void>;        // the latest pending call that writes it
+  reads: Set<Promise<void>>;    // the pending calls made after that one that only read it
+}
+const uses = new Map<ArrayBufferLike, Uses>();
+const cpuAll = new Set<Promise<void>>();  // every pending call (settles, never rejects)
 const noop = () => {};
 const memoryOf = (a: unknown): ArrayBufferLike | undefined => (ArrayBuffer.isView(a) ? a.buffer : undefined);
+const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined));
 
-/** The pending CPU calls that a call using `arrays` must wait for. */
-export function cpuDeps(arrays: readonly unknown[]): Promise<void>[] {
+/**
+ * The pending CPU calls that a call must wait for: it uses `arrays` (inputs, index arrays, outputs)
+ * and writes those of them also in `writes`.
+ */
+export function cpuDeps(arrays: readonly unknown[], writes: readonly unknown[] = []): Promise<void>[] {
   const deps = new Set<Promise<void>>();
-  for (const a of arrays) {
-    const m = memoryOf(a);
-    const d = m === undefined ? undefined : lastUse.get(m);
-    if (d !== undefined) deps.add(d);
+  const written = memories(writes);
+  for (const m of memories(arrays)) {
+    const u = uses.get(m);
+    if (u === undefined) continue;
+    if (u.write !== undefined) deps.add(u.write);
+    if (written.has(m)) for (const r of u.reads) deps.add(r);
   }
   return [...deps];
 }
 
 /**
- * Runs `start` (one CPU call, or a host read) once the pending calls that use any of `arrays` have
- * settled, at once when there are none (`deps`: cpuDeps(arrays), when the caller needed them first).
+ * Runs `start` (one CPU call, or a host read) once the pending calls it must wait for have settled
+ * (cpuDeps(arrays, writes): `deps`, when the caller needed them first), at once when there are none.
  */
-export function inCpuOrder<T>(arrays: readonly unknown[], start: () => Promise<T>, deps = cpuDeps(arrays)): Promise<T> {
+export function inCpuOrder<T>(arrays: readonly unknown[], writes: readonly unknown[], start: () => Promise<T>,
+  deps = cpuDeps(arrays, writes)): Promise<T> {
   const p = deps.length === 0 ? start() : (deps.length === 1 ? deps[0] : Promise.all(deps)).then(start);
   const settled = p.then(noop, noop);
-  const mems = arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined);
-  for (const m of mems) lastUse.set(m, settled);
+  const written = memories(writes);
+  const mems = memories(arrays);
+  for (const m of written) mems.add(m);
+  for (const m of mems) {
+    let u = uses.get(m);
+    if (u === undefined) uses.set(m, u = { reads: new Set() });
+    // a writer waits for the readers before it, so later calls need wait only for the writer
+    if (written.has(m)) {
+      u.write = settled;
+      u.reads = new Set();
+    } else {
+      u.reads.add(settled);
+    }
+  }
   cpuAll.add(settled);
   void settled.then(() => {
     cpuAll.delete(settled);
-    for (const m of mems) if (lastUse.get(m) === settled) lastUse.delete(m);
+    for (const m of mems) {
+      const u = uses.get(m);
+      if (u === undefined) continue;
+      if (u.write === settled) u.write = undefined;
+      u.reads.delete(settled);
+      if (u.write === undefined && u.reads.size === 0) uses.delete(m);
+    }
   });
   return p;
 }
