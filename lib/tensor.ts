@@ -307,13 +307,15 @@ const memoryOf = (a: unknown): ArrayBufferLike | undefined => (ArrayBuffer.isVie
 const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined));
 
 /**
- * The pending CPU calls that a call must wait for: it uses `arrays` (inputs, index arrays, outputs)
- * and writes those of them also in `writes`.
+ * The pending CPU calls that a call must wait for: it reads `arrays` (inputs, index arrays) and
+ * writes `writes` (outputs; an array in both counts as written).
  */
 export function cpuDeps(arrays: readonly unknown[], writes: readonly unknown[] = []): Promise<void>[] {
   const deps = new Set<Promise<void>>();
   const written = memories(writes);
-  for (const m of memories(arrays)) {
+  const mems = memories(arrays);
+  for (const m of written) mems.add(m);
+  for (const m of mems) {
     const u = uses.get(m);
     if (u === undefined) continue;
     if (u.write !== undefined) deps.add(u.write);
