@@ -372,6 +372,19 @@ case "${1:-w}" in
       bash scripts/gpu-run.sh turns > "$OUT/g/turns-step.log" 2>&1
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/g/turns.log") rows"
     cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
+  tb)
+    # forty-sixth session: the backward against cuDNN in turns at the head dims given (TB_D, default 64 and 256;
+    # g reads D 128), fp16 / bf16, full / causal, N 512..16k, on the build GB
+    GB=${GB:-new3}
+    need .devbin/$GB/addon.xz
+    use_addon $GB
+    mkdir -p "$OUT/tb"
+    cells=""; for d in ${TB_D:-64 256}; do for dt in float16 bfloat16; do for c in 0 1; do
+      for N in 512 1024 2048 4096 8192 16384; do cells="$cells $dt:$d:$N:$c"; done; done; done; done
+    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-300} - 10 - $(el) )) OUT=$OUT/tb \
+      bash scripts/gpu-run.sh turns > "$OUT/tb/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/tb/turns.log") rows"
+    cp "$OUT/calls.log" "$OUT/tb/"; tar -C "$OUT" -cJf "$OUT/tb.tar.xz" tb && rm -rf "$OUT/tb" ;;
   w6)
     # forty-third session, call 5 (0.994-1.001x; the switch and its patch were removed after, see ab14e56):
     # FA_BWD_WS_DQ_FIRST_W64 (.devbin/w64first, bwd-dqfirst-w64.patch: the W 64 turn's
