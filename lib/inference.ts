@@ -582,7 +582,7 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   }
   const maxK = checkMaxSeqlen(fn, 'maxSeqlenK', opts.maxSeqlenK, hostMaxK);
   const lseShape = [H, totalQ];
-  const inputs = [q, kCache, vCache];
+  const inputs = rot ? [q, kCache, vCache, rot.cos, rot.sin] : [q, kCache, vCache];
   const out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
   const lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
   if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: {} as Partial<Record<SlotName, SlotValue>> };

@@ -520,6 +520,7 @@ describe('CPU audit errors: pagedAttention', () => {
     const gone = f32([6, 4, 2, 8]);
     gone.dispose();
     await expectRejects(() => pagedAttention(s.q, gone, s.vc, ok), TypeError, FN, 'kCache', /kCache is disposed/);
+    const cos43 = f32([4, 3]);
     const bad: Array<[Record<string, unknown>, ErrClass, string, string | RegExp]> = [
       [{ pageTable: undefined }, TypeError, 'options.pageTable', /undefined/],
       [{ pageTable: Int32Array.from([5, 1, 3, 0, 2, 4, 1]) }, RangeError, 'options.pageTable.length', num(7)],
@@ -552,6 +553,8 @@ describe('CPU audit errors: pagedAttention', () => {
       [{ out: f32([3, 4, 4]) }, RangeError, 'options.out.shape', /\[3, 4, 4\]/],
       [{ lse: f16([4, 3]) }, TypeError, 'options.lse.dtype', 'float16'],
       [{ out: s.q }, TypeError, 'options.out', /same Tensor/],
+      // a rotary table of lse's shape [H, totalQ] (4 positions, rotary dim 6) given as lse too
+      [{ rotary: { cos: cos43, sin: f32([4, 3]) }, seqlensK: Int32Array.from([4, 4]), lse: cos43 }, TypeError, 'options.lse', /same Tensor/],
     ];
     for (const [o, cls, arg, given] of bad) await expectRejects(() => pagedAttention(s.q, s.kc, s.vc, { ...ok, ...o } as never), cls, FN, arg, given);
     disposeAll(s.kc, s.vc, s.q, s.k, s.v, s.cos, s.sin);
