@@ -239,8 +239,11 @@ export class Tensor {
     const s = this.storage(fn, 'tensor');
     if (s.kind === 'host') {
       const data = s.data;
-      // behind the CPU calls made before this read that write the tensor, and ahead of later ones that write it
-      return inCpuOrder([data], [], async () => data.slice());
+      // behind the CPU calls made before this read that write the tensor, and ahead of later ones that
+      // write it; with none pending, read now (done before any later call starts: nothing to record)
+      const deps = cpuDeps([data]);
+      if (deps.length === 0) return Promise.resolve(data.slice());
+      return inCpuOrder([data], [], async () => data.slice(), deps);
     }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));
