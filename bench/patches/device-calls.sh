@@ -6,7 +6,12 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (forty-sixth session): GB=new3 ST=400 g (.devbin/new3 = 4ecc611's 90a build: the binding's teardown guards,
+# NEXT (forty-seventh session): on the H200 when it is lent: `GB=new3 YEND=300 bash bench/patches/device-calls.sh tb`
+# (the D 64 / 256 backward turns; 8c9bfdf's D 64 gain is read on an H100 only), rp (below), then HB=new3 hp (the whole
+# grid). new3 is still HEAD's native build (the forty-sixth session changed JavaScript and tests only); g ran on it
+# (H200: 1406 + 27, sanitizers clean, D 128 turns 21 / 24).
+#
+# (forty-sixth session's plan:) GB=new3 ST=400 g (.devbin/new3 = 4ecc611's 90a build: the binding's teardown guards,
 # -z nodelete; test/cuda/workers.test.ts has never run), rp (prepared: the forward's
 # releases as one predicated arrival), then the grid on the H200 when it is lent (HB=arr hp or HB=new3 hp: the D 64
 # backward's +3-5% of 8c9bfdf is read on an H100 only).
