@@ -308,6 +308,13 @@ const cpuAll = new Set<Promise<void>>();  // every pending call (settles, never 
 const noop = () => {};
 const memoryOf = (a: unknown): ArrayBufferLike | undefined => (ArrayBuffer.isView(a) ? a.buffer : undefined);
 const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined));
+/** The memories a call uses (`mems`) and those of them it writes (`written`). */
+function callMemories(arrays: readonly unknown[], writes: readonly unknown[]) {
+  const written = memories(writes);
+  const mems = memories(arrays);
+  for (const m of written) mems.add(m);
+  return { mems, written };
+}
 
 /**
  * The pending CPU calls that a call must wait for: it reads `arrays` (inputs, index arrays) and
@@ -315,9 +322,7 @@ const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).fi
  */
 export function cpuDeps(arrays: readonly unknown[], writes: readonly unknown[] = []): Promise<void>[] {
   const deps = new Set<Promise<void>>();
-  const written = memories(writes);
-  const mems = memories(arrays);
-  for (const m of written) mems.add(m);
+  const { mems, written } = callMemories(arrays, writes);
   for (const m of mems) {
     const u = uses.get(m);
     if (u === undefined) continue;
@@ -335,9 +340,7 @@ export function inCpuOrder<T>(arrays: readonly unknown[], writes: readonly unkno
   deps = cpuDeps(arrays, writes)): Promise<T> {
   const p = deps.length === 0 ? start() : (deps.length === 1 ? deps[0] : Promise.all(deps)).then(start);
   const settled = p.then(noop, noop);
-  const written = memories(writes);
-  const mems = memories(arrays);
-  for (const m of written) mems.add(m);
+  const { mems, written } = callMemories(arrays, writes);
   for (const m of mems) {
     let u = uses.get(m);
     if (u === undefined) uses.set(m, u = { reads: new Set() });
