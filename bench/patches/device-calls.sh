@@ -67,6 +67,16 @@ log() { echo "$* ($(el) s)" | tee -a "$OUT/calls.log"; }
 need() { [ -f "$1" ] || { log "missing $1"; exit 2; }; }
 # the build .devbin/$1 as this tree's addon (gpu-run.sh's side a)
 use_addon() { need ".devbin/$1/addon.xz"; xz -dc ".devbin/$1/addon.xz" > build/Release/flash_attention_node.node; }
+# the backward against cuDNN in turns over the grid's cells (fp16 / bf16, full / causal, N 512..16k) at the head
+# dims $2 ("64 128"), logs in $OUT/$1, until YEND (default $3 s into the call); then the row count in calls.log
+bwd_turns() {
+  local cells="" d dt c N
+  for d in $2; do for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
+    cells="$cells $dt:$d:$N:$c"; done; done; done; done
+  TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-$3} - 10 - $(el) )) OUT=$OUT/$1 \
+    bash scripts/gpu-run.sh turns > "$OUT/$1/turns-step.log" 2>&1
+  log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/$1/turns.log") rows"
+}
 mkdir -p build/Release
 case "${1:-w}" in
   w)
@@ -205,11 +215,7 @@ case "${1:-w}" in
     mkdir -p "$OUT/fin"
     use_addon arr
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      cells=""; for d in 64 128; do for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
-        cells="$cells $dt:$d:$N:$c"; done; done; done; done
-      TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-280} - 10 - $(el) )) OUT=$OUT/fin \
-        bash scripts/gpu-run.sh turns > "$OUT/fin/turns-step.log" 2>&1
-      log "H200 turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/fin/turns.log") rows"
+      bwd_turns fin "64 128" 280
     else
       TEST_TIMEOUT=$(( ${YEND:-280} - 40 - $(el) )) OUT=$OUT/fin bash scripts/gpu-run.sh tests > "$OUT/fin/tests-step.log" 2>&1
       log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/fin/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
@@ -245,11 +251,7 @@ case "${1:-w}" in
       AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar2 timeout 150 bash scripts/gpu-run.sh fwd-ab > "$OUT/ar2/ab-step.log" 2>&1
     log "arr ab rc=$?"
     use_addon arr
-    cells=""; for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
-      cells="$cells $dt:64:$N:$c"; done; done; done
-    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-300} - 10 - $(el) )) OUT=$OUT/ar2 \
-      bash scripts/gpu-run.sh turns > "$OUT/ar2/turns-step.log" 2>&1
-    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/ar2/turns.log") rows"
+    bwd_turns ar2 64 300
     cp "$OUT/calls.log" "$OUT/ar2/"; tar -C "$OUT" -cJf "$OUT/ar2.tar.xz" ar2 && rm -rf "$OUT/ar2" ;;
   rc)
     # forty-fifth session: the row split's racecheck hazards (case rs: the same 16 with the consumers also
@@ -371,11 +373,7 @@ case "${1:-w}" in
     mkdir -p "$OUT/g"
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/g bash scripts/gpu-run.sh tests-san > "$OUT/g/tests-san-step.log" 2>&1
     log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/g/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
-    cells=""; for dt in float16 bfloat16; do for c in 0 1; do for N in 512 1024 2048 4096 8192 16384; do
-      cells="$cells $dt:128:$N:$c"; done; done; done
-    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-590} - 10 - $(el) )) OUT=$OUT/g \
-      bash scripts/gpu-run.sh turns > "$OUT/g/turns-step.log" 2>&1
-    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/g/turns.log") rows"
+    bwd_turns g 128 590
     cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
   tb)
     # forty-sixth session: the backward against cuDNN in turns at the head dims given (TB_D, default 64 and 256;
@@ -384,11 +382,7 @@ case "${1:-w}" in
     need .devbin/$GB/addon.xz
     use_addon $GB
     mkdir -p "$OUT/tb"
-    cells=""; for d in ${TB_D:-64 256}; do for dt in float16 bfloat16; do for c in 0 1; do
-      for N in 512 1024 2048 4096 8192 16384; do cells="$cells $dt:$d:$N:$c"; done; done; done; done
-    TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-300} - 10 - $(el) )) OUT=$OUT/tb \
-      bash scripts/gpu-run.sh turns > "$OUT/tb/turns-step.log" 2>&1
-    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/tb/turns.log") rows"
+    bwd_turns tb "${TB_D:-64 256}" 300
     cp "$OUT/calls.log" "$OUT/tb/"; tar -C "$OUT" -cJf "$OUT/tb.tar.xz" tb && rm -rf "$OUT/tb" ;;
   w6)
     # forty-third session, call 5 (0.994-1.001x; the switch and its patch were removed after, see ab14e56):
