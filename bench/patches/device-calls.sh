@@ -6,10 +6,14 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (forty-seventh session): on the H200 when it is lent: `GB=new3 YEND=300 bash bench/patches/device-calls.sh tb`
-# (the D 64 / 256 backward turns; 8c9bfdf's D 64 gain is read on an H100 only), rp (below), then HB=new3 hp (the whole
-# grid). new3 is still HEAD's native build (the forty-sixth session changed JavaScript and tests only); g ran on it
-# (H200: 1406 + 27, sanitizers clean, D 128 turns 21 / 24).
+# NEXT (forty-eighth session): `HB=new3 YEND=500 bash bench/patches/device-calls.sh hp` on the H200 (the whole fwd +
+# bwd grid against cuDNN in one run, as issue 12 reads it; carry [".gpu", "dist", ".devbin/new3"]). new3 is still the
+# native build of HEAD (no kernel change since 8c9bfdf).
+#
+# Forty-seventh session (all on the H200; RESULTS.md): tb (D 64 / 256 backward turns: 38 / 48 >= cuDNN; with g's D 128,
+# 59 / 72), rp (the forward's predicated release: neutral, 0.989-1.012; its patch is gone: git show c23c17d:bench/patches/fwd-release-pred.patch),
+# the deterministic backward by hand (bench CLI --deterministic: 1.01-1.26x) and issue 11's benches by hand (--decode
+# --varlen --compare torch). Ten requests got no machine first (90-180 s of device time each).
 #
 # (forty-sixth session's plan:) GB=new3 ST=400 g (.devbin/new3 = 4ecc611's 90a build: the binding's teardown guards,
 # -z nodelete; test/cuda/workers.test.ts has never run), rp (prepared: the forward's
@@ -195,7 +199,8 @@ case "${1:-w}" in
     log "arr ab rc=$?"
     cp "$OUT/calls.log" "$OUT/ar/"; tar -C "$OUT" -cJf "$OUT/ar.tar.xz" ar && rm -rf "$OUT/ar" ;;
   rp)
-    # prepared in the forty-fifth session, not run: the forward's stage releases as one predicated arrival (no
+    # forty-seventh session (ran on the H200: neutral; the patch is gone: `git show c23c17d:bench/patches/fwd-release-pred.patch`;
+    # prepared in the forty-fifth session): the forward's stage releases as one predicated arrival (no
     # branch around lane 0's arrive; fwd-release-pred.patch, .devbin/rpred = `bash scripts/ab-builds.sh
     # rpred=patch:bench/patches/fwd-release-pred.patch`) against .devbin/arr (8c9bfdf, HEAD's kernels) in turns.
     # Question: was the backward's D 64 gain of 8c9bfdf the branch at each release? Then the forward's D 64 steps
