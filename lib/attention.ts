@@ -6,7 +6,7 @@
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuDeps, inCpuOrder, ownSlot, spareHandle, OutLse, Grads, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, ownSlot, spareHandle, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -307,11 +307,11 @@ export function runSlots(fn: string, op: number, P: Float64Array, device: number
   if (device < 0) {
     // (behind earlier CPU calls on the same tensors: the shared params record and the caller's index
     // arrays are copied now)
-    const writes = writtenSlots(op).map((i) => arr[i]);
-    const deps = cpuDeps(arr, writes);
-    const Pc = deps.length > 0 ? P.slice() : P;
-    const ac = deps.length > 0 ? arr.map(ownSlot) : arr;
-    return inCpuOrder(arr, writes, () => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>), deps).then(() => []);
+    const plan = cpuPlan(arr, writtenSlots(op).map((i) => arr[i]));
+    const queued = plan.deps.length > 0;
+    const Pc = queued ? P.slice() : P;
+    const ac = queued ? arr.map(ownSlot) : arr;
+    return inCpuOrder(plan, () => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>)).then(() => []);
   }
   // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
   return callNative(fn, () => native.call(op, P, arr) as Handle[]);

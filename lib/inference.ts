@@ -14,7 +14,7 @@ import {
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
-import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuDeps, inCpuOrder, OutLse, Grads, type DType } from './tensor';
+import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
 export type IndexArray = Int32Array | Tensor;
@@ -669,10 +669,9 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
     out ??= Tensor.wrapHost(hostArray(o0.dtype, o0.size), o0.shape, o0.dtype);
     lse ??= Tensor.wrapHost(new Float32Array(B * N * H), lseShape, 'float32');
     const oSlot = slotOf(out, fn, 'options.out'), lSlot = slotOf(lse, fn, 'options.lse') as Float32Array;
-    const arrays = [...os, ...ls, oSlot, lSlot];
-    const deps = cpuDeps(arrays, [oSlot, lSlot]);
-    const Pc = deps.length > 0 ? P.slice() : P;  // (behind earlier CPU calls: the shared params record copied now)
-    await inCpuOrder(arrays, [oSlot, lSlot], () => callNativeAsync(fn, () => native.merge(Pc, os, ls as Float32Array[], oSlot, lSlot) as Promise<void>), deps);
+    const plan = cpuPlan([...os, ...ls], [oSlot, lSlot]);
+    const Pc = plan.deps.length > 0 ? P.slice() : P;  // (behind earlier CPU calls: the shared params record copied now)
+    await inCpuOrder(plan, () => callNativeAsync(fn, () => native.merge(Pc, os, ls as Float32Array[], oSlot, lSlot) as Promise<void>));
     return new OutLse(out, lse);
   }
   const h = callNative(fn, () => native.merge(P, os, ls as Array<Handle | Float32Array>, outSlot(out, fn, 'options.out', device),

@@ -229,7 +229,7 @@ export class Tensor {
     }
     const data = s.data;
     // behind the CPU calls made before it that write the tensor, and ahead of later ones that write it
-    const handle = await inCpuOrder([data], [], () => callNativeAsync(fn, () => native.upload(dev, data)));
+    const handle = await inCpuOrder(cpuPlan([data]), () => callNativeAsync(fn, () => native.upload(dev, data)));
     return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
@@ -241,9 +241,9 @@ export class Tensor {
       const data = s.data;
       // behind the CPU calls made before this read that write the tensor, and ahead of later ones that
       // write it; with none pending, read now (done before any later call starts: nothing to record)
-      const deps = cpuDeps([data]);
-      if (deps.length === 0) return Promise.resolve(data.slice());
-      return inCpuOrder([data], [], async () => data.slice(), deps);
+      const plan = cpuPlan([data]);
+      if (plan.deps.length === 0) return Promise.resolve(data.slice());
+      return inCpuOrder(plan, async () => data.slice());
     }
     const out = newHostArray(this.dtype, this.size);
     await callNativeAsync(fn, () => native.download(s.handle, out));
@@ -308,39 +308,38 @@ const cpuAll = new Set<Promise<void>>();  // every pending call (settles, never 
 const noop = () => {};
 const memoryOf = (a: unknown): ArrayBufferLike | undefined => (ArrayBuffer.isView(a) ? a.buffer : undefined);
 const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined));
-/** The memories a call uses (`mems`) and those of them it writes (`written`). */
-function callMemories(arrays: readonly unknown[], writes: readonly unknown[]) {
+/**
+ * A CPU call's place in the order: the memories it uses (`mems`), those of them it writes (`written`),
+ * and the pending calls it must wait for (`deps`). It reads `arrays` (inputs, index arrays) and writes
+ * `writes` (outputs; an array in both counts as written).
+ */
+export interface CpuPlan {
+  mems: Set<ArrayBufferLike>;
+  written: Set<ArrayBufferLike>;
+  deps: Promise<void>[];
+}
+export function cpuPlan(arrays: readonly unknown[], writes: readonly unknown[] = []): CpuPlan {
   const written = memories(writes);
   const mems = memories(arrays);
   for (const m of written) mems.add(m);
-  return { mems, written };
-}
-
-/**
- * The pending CPU calls that a call must wait for: it reads `arrays` (inputs, index arrays) and
- * writes `writes` (outputs; an array in both counts as written).
- */
-export function cpuDeps(arrays: readonly unknown[], writes: readonly unknown[] = []): Promise<void>[] {
   const deps = new Set<Promise<void>>();
-  const { mems, written } = callMemories(arrays, writes);
   for (const m of mems) {
     const u = uses.get(m);
     if (u === undefined) continue;
     if (u.write !== undefined) deps.add(u.write);
     if (written.has(m)) for (const r of u.reads) deps.add(r);
   }
-  return [...deps];
+  return { mems, written, deps: [...deps] };
 }
 
 /**
- * Runs `start` (one CPU call, or a host read) once the pending calls it must wait for have settled
- * (cpuDeps(arrays, writes): `deps`, when the caller needed them first), at once when there are none.
+ * Runs `start` (one CPU call, or a host read) once the pending calls of `plan.deps` have settled, at
+ * once when there are none. The plan must be made just before (no CPU call in between).
  */
-export function inCpuOrder<T>(arrays: readonly unknown[], writes: readonly unknown[], start: () => Promise<T>,
-  deps = cpuDeps(arrays, writes)): Promise<T> {
+export function inCpuOrder<T>(plan: CpuPlan, start: () => Promise<T>): Promise<T> {
+  const { mems, written, deps } = plan;
   const p = deps.length === 0 ? start() : (deps.length === 1 ? deps[0] : Promise.all(deps)).then(start);
   const settled = p.then(noop, noop);
-  const { mems, written } = callMemories(arrays, writes);
   for (const m of mems) {
     let u = uses.get(m);
     if (u === undefined) uses.set(m, u = { reads: new Set() });
