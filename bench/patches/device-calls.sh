@@ -141,6 +141,19 @@ case "${1:-w}" in
       > "$OUT/q/tests-dqtail.log" 2>&1
     log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
+  pt)
+    # forty-eighth session: page 1 against page 16 in decode, in turns (scripts/decode-page-turns.js: B 1 / 16 / 64 x
+    # 16k, two passes), then issue 11's benches next to torch (decode, varlen, paged prefill, serving loop)
+    HB=${HB:-new3}; use_addon $HB
+    mkdir -p "$OUT/pt"
+    for pass in 1 2; do
+      timeout 90 node scripts/decode-page-turns.js 2>&1 | sed "s/^/pass $pass: /" | tee -a "$OUT/pt/page-turns.log"
+    done
+    log "page turns done"
+    timeout $(( ${YEND:-400} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --compare torch \
+      --out "$OUT/pt/inf" > "$OUT/pt/inference-bench.log" 2>&1
+    log "inference benches rc=$?"
+    cp "$OUT/calls.log" "$OUT/pt/"; tar -C "$OUT" -cJf "$OUT/pt.tar.xz" pt && rm -rf "$OUT/pt" ;;
   hp)
     # forty-second session, call 2: the fwd + bwd grid in turns with cuDNN (each step capped), then ncu on the
     # backward at fp16 D 128 full N 16k, ours (preprocess / main / convert) and cuDNN's bprop: L2 reduction /
