@@ -100,6 +100,9 @@ function check4d(fn: string, name: string, t: Tensor, bhsd: boolean): void {
 // The mask record of a call that gives no mask option, one per head dim (frozen: shared).
 const DEFAULT_MASKS: Array<Readonly<Mask>> = [];
 
+const FLOAT32_MAX = 3.4028234663852886e38;
+const FLOAT32_MIN_NORMAL = 1.1754943508222875e-38;
+
 /** causal, scale, window, softcap and the CPU tuning options. */
 export function checkMask(fn: string, opts: Readonly<Record<string, unknown>>, D: number): Readonly<Mask> {
   if (opts.causal === undefined && opts.scale === undefined && opts.window === undefined && opts.softcap === undefined &&
@@ -111,34 +114,44 @@ export function checkMask(fn: string, opts: Readonly<Record<string, unknown>>, D
   }
   const causal = checkBoolean(fn, 'options.causal', opts.causal, false);
   let scale = 1 / Math.sqrt(D);
-  if (opts.scale !== undefined) {
-    if (typeof opts.scale !== 'number') throw typeError(fn, 'options.scale', 'must be a finite number', opts.scale);
-    if (!Number.isFinite(opts.scale)) throw rangeError(fn, 'options.scale', 'must be a finite number', opts.scale);
-    scale = opts.scale;
+  // scale and softcap reach the kernels as float32: a value past float32's range would become
+  // infinite there (every score NaN), and a positive softcap under its smallest normal value would
+  // become 0 (softcap off) or make 1 / softcap infinite.
+  const scaleOpt = opts.scale;
+  if (scaleOpt !== undefined) {
+    if (typeof scaleOpt !== 'number') throw typeError(fn, 'options.scale', 'must be a finite number', scaleOpt);
+    if (!Number.isFinite(scaleOpt) || Math.abs(scaleOpt) > FLOAT32_MAX) {
+      throw rangeError(fn, 'options.scale', 'must be a finite number within float32 range (|scale| <= 3.4e38)', scaleOpt);
+    }
+    scale = scaleOpt;
   }
   let softcap = 0;
-  if (opts.softcap !== undefined) {
-    if (typeof opts.softcap !== 'number') throw typeError(fn, 'options.softcap', 'must be a finite number >= 0', opts.softcap);
-    if (!Number.isFinite(opts.softcap) || opts.softcap < 0) {
-      throw rangeError(fn, 'options.softcap', 'must be a finite number >= 0', opts.softcap);
+  const softcapOpt = opts.softcap;
+  if (softcapOpt !== undefined) {
+    if (typeof softcapOpt !== 'number') throw typeError(fn, 'options.softcap', 'must be a finite number >= 0', softcapOpt);
+    if (!Number.isFinite(softcapOpt) || softcapOpt < 0 || softcapOpt > FLOAT32_MAX || (softcapOpt > 0 && softcapOpt < FLOAT32_MIN_NORMAL)) {
+      throw rangeError(fn, 'options.softcap', 'must be 0 (off) or a finite number within float32 range (1.2e-38 <= softcap <= 3.4e38)', softcapOpt);
     }
-    softcap = opts.softcap;
+    softcap = softcapOpt;
   }
   let hasWindow = causal, left = -1, right = causal ? 0 : -1;
   if (opts.window !== undefined) {
     const w = opts.window;
-    if (!Array.isArray(w) || w.length !== 2 || w.some((x) => typeof x !== 'number')) {
+    // each bound read once (an array with getters cannot pass with one value and be used with another)
+    const w0: unknown = Array.isArray(w) && w.length === 2 ? w[0] : undefined;
+    const w1: unknown = Array.isArray(w) && w.length === 2 ? w[1] : undefined;
+    if (typeof w0 !== 'number' || typeof w1 !== 'number') {
       throw typeError(fn, 'options.window', 'must be [left, right], two integers >= -1', w);
     }
-    for (const [i, side] of [[0, 'left'], [1, 'right']] as const) {
-      if (!Number.isInteger(w[i]) || w[i] < -1 || w[i] > MAX_ELEMENTS) {
-        throw rangeError(fn, `options.window[${i}] (${side})`, 'must be an integer >= -1 (-1: unbounded)', w[i]);
+    for (const [i, side, x] of [[0, 'left', w0], [1, 'right', w1]] as const) {
+      if (!Number.isInteger(x) || x < -1 || x > MAX_ELEMENTS) {
+        throw rangeError(fn, `options.window[${i}] (${side})`, 'must be an integer >= -1 (-1: unbounded)', x);
       }
     }
-    hasWindow = hasWindow || w[0] >= 0 || w[1] >= 0;
-    left = w[0];
+    hasWindow = hasWindow || w0 >= 0 || w1 >= 0;
+    left = w0;
     // causal is the same as [-1, 0]: the tighter right bound wins.
-    right = causal ? (w[1] < 0 ? 0 : Math.min(w[1], 0)) : w[1];
+    right = causal ? (w1 < 0 ? 0 : Math.min(w1, 0)) : w1;
   }
   let blockM = 0, blockN = 0, threads = 0;
   if (opts.cpu !== undefined) {

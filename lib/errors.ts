@@ -1,8 +1,18 @@
 // Argument checks that throw TypeError/RangeError naming the argument, what was expected and what
 // was given: `<fn>: <argument> <expectation>, got <given>`.
+import { types } from 'node:util';
+import { typedArrayKind, typedArrayLength } from './typed';
 
-/** A short, readable rendering of any value for error messages. */
+/** A short, readable rendering of any value for error messages (never throws). */
 export function describe(value: unknown): string {
+  try {
+    return describeValue(value);
+  } catch {
+    return 'an object';  // (a revoked Proxy, a throwing getter)
+  }
+}
+
+function describeValue(value: unknown): string {
   if (value === null) return 'null';
   if (value === undefined) return 'undefined';
   if (typeof value === 'string') return `'${value.length > 40 ? value.slice(0, 40) + '…' : value}'`;
@@ -10,13 +20,23 @@ export function describe(value: unknown): string {
   if (typeof value === 'function') return 'a function';
   if (typeof value === 'symbol') return value.toString();
   if (Array.isArray(value)) {
-    const items = value.slice(0, 8).map((v) => (typeof v === 'number' ? String(v) : describe(v)));
+    const items = value.slice(0, 8).map((v) => (typeof v === 'number' ? String(v) : describeValue(v)));
     return `[${items.join(', ')}${value.length > 8 ? ', …' : ''}]`;
   }
+  if (types.isProxy(value)) return 'a Proxy';
+  const kind = typedArrayKind(value);
+  if (kind !== undefined) {
+    // the array's own kind (with a subclass's name beside it), and whether it is another realm's
+    const ctor = (value as object).constructor?.name;
+    const here = (globalThis as Record<string, unknown>)[kind];
+    const realm = typeof here === 'function' && !(value instanceof (here as new () => object)) ? ' from another realm' : '';
+    return `${article(kind)} ${ctor && ctor !== kind ? `${ctor} (${article(kind)} ${kind})` : kind}${realm} of length ${typedArrayLength(value as ArrayBufferView)}`;
+  }
   const ctor = (value as object).constructor?.name;
-  if (ArrayBuffer.isView(value)) return `a ${ctor} of length ${(value as unknown as { length: number }).length}`;
-  return ctor && ctor !== 'Object' ? `a ${ctor}` : 'an object';
+  return ctor && ctor !== 'Object' ? `${article(ctor)} ${ctor}` : 'an object';
 }
+
+const article = (word: string) => (/^[AEIOUaeiou]/.test(word) ? 'an' : 'a');
 
 export function typeError(fn: string, arg: string, expected: string, given: unknown, raw = false): TypeError {
   return new TypeError(`${fn}: ${arg} ${expected}, got ${raw ? String(given) : describe(given)}`);
@@ -41,15 +61,20 @@ function editDistance(a: string, b: string): number {
 const NO_OPTIONS: Readonly<Record<string, unknown>> = Object.freeze({});
 
 /**
- * Throws unless `options` is undefined or a plain object whose keys are all known. `name` is the
- * argument's name in messages: 'options', or a nested object's path such as 'options.rotary'.
+ * Throws unless `options` is undefined or an object whose keys are all known, and returns a snapshot
+ * of it: each option read once (getters run once), into a new object that the checks and the call
+ * then use. An options object whose values change between reads (getters, a Proxy) cannot pass a
+ * check with one value and reach the native code with another. `name` is the argument's name in
+ * messages: 'options', or a nested object's path such as 'options.rotary'.
  */
 export function checkOptions(fn: string, options: unknown, known: readonly string[], name = 'options'): Readonly<Record<string, unknown>> {
   if (options === undefined) return NO_OPTIONS;
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options) || options instanceof Number ||
+    options instanceof String || options instanceof Boolean) {
     throw typeError(fn, name, 'must be an object or undefined', options);
   }
-  for (const key of Object.keys(options)) {
+  const keys = Object.keys(options);
+  for (const key of keys) {
     if (!known.includes(key)) {
       const lower = key.toLowerCase().replace(/^is/, '');
       const guess = known.find((k) => k.toLowerCase() === lower || lower.includes(k.toLowerCase())) ??
@@ -58,7 +83,20 @@ export function checkOptions(fn: string, options: unknown, known: readonly strin
         `expected one of ${known.join(', ')}, got '${key}'`);
     }
   }
-  return options as Record<string, unknown>;
+  const src = options as Record<string, unknown>;
+  const snap: Record<string, unknown> = {};
+  if (Object.getPrototypeOf(options) === Object.prototype) {
+    // The common case, an object literal: its own keys are all the options it has.
+    if (keys.length === 0) return NO_OPTIONS;
+    for (const key of keys) snap[key] = src[key];
+  } else {
+    // (a class instance, Object.create(proto), another realm's object: options may be inherited)
+    for (const key of known) {
+      const v = src[key];
+      if (v !== undefined) snap[key] = v;
+    }
+  }
+  return snap;
 }
 
 export function checkBoolean(fn: string, name: string, v: unknown, def: boolean): boolean {

@@ -55,10 +55,12 @@ function cudaIndex(fn: string, device: unknown): number {
  * queued work failed (a failure inside a kernel makes the device unusable for the rest of the
  * process, as in every CUDA program). 'cpu': once every CPU call made so far on this thread has
  * settled (each call's own Promise carries its result or error; this one resolves either way).
+ * Without an argument: 'cuda' where a CUDA device is available, else 'cpu' (so that code written
+ * for either backend can end with `await synchronize()`).
  */
 export async function synchronize(device?: Device): Promise<void> {
   const fn = 'synchronize';
-  if (device === 'cpu') return cpuCallsDone();
+  if (device === 'cpu' || (device === undefined && native.devices().length === 0)) return cpuCallsDone();
   const d = cudaIndex(fn, device);
   await callNativeAsync(fn, () => native.synchronize(d));
 }
@@ -84,7 +86,8 @@ export function resetPeakMemoryStats(device?: Device): void {
  */
 export async function emptyCache(device?: Device): Promise<void> {
   const fn = 'emptyCache';
-  if (device === 'cpu') return cpuCallsDone();  // the CPU backend pools nothing to hand back to a driver
+  // the CPU backend pools nothing to hand back to a driver; no argument and no CUDA device: 'cpu'
+  if (device === 'cpu' || (device === undefined && native.devices().length === 0)) return cpuCallsDone();
   const d = cudaIndex(fn, device);
   await callNativeAsync(fn, () => native.emptyCache(d));
 }

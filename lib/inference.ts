@@ -14,6 +14,7 @@ import {
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
+import { copyTyped, isPlainTyped, typedArrayBuffer, typedArrayKind } from './typed';
 import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
@@ -84,6 +85,8 @@ const PAGED_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu', 'pageTable
   'maxSeqlenQ', 'maxSeqlenK', 'numSplits', 'rotary', 'out', 'lse'] as const;
 const APPEND_OPTIONS = ['pageTable', 'cuSeqlensNew', 'seqlensBefore', 'rotary', 'cpu'] as const;
 const MAX_SEQLEN = 2 ** 28;
+/** Most partial results one mergeAttention call takes. */
+const MAX_MERGE = 65536;
 
 /** One index array, checked for kind, device and length; host contents returned for checks. */
 interface Index {
@@ -96,11 +99,15 @@ function checkIndex(fn: string, name: string, v: unknown, device: number, length
   let host: Int32Array | null = null;
   let len: number;
   let slot: Handle | Int32Array;
-  if (v instanceof Int32Array) {
+  if (typedArrayKind(v) === 'Int32Array') {
     // Memory shared with other threads (a SharedArrayBuffer) can change while this call checks and
     // copies it: the call takes its own copy first, so that the checks and the kernel see one set
-    // of values.
-    host = typeof SharedArrayBuffer !== 'undefined' && v.buffer instanceof SharedArrayBuffer ? v.slice() : v;
+    // of values. So does an array that is not a plain Int32Array of this realm (a subclass, an own
+    // `length`, another realm's): the checks below then read a copy whose length and elements are
+    // the array's own (lib/typed.ts).
+    const a = v as Int32Array;
+    const shared = typeof SharedArrayBuffer !== 'undefined' && typedArrayBuffer(a) instanceof SharedArrayBuffer;
+    host = shared || !isPlainTyped(a, Int32Array) ? copyTyped(Int32Array, a) : a;
     len = host.length;
     slot = host;
   } else if (Tensor.isTensor(v)) {
@@ -620,10 +627,15 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   const fn = 'mergeAttention';
   if (!Array.isArray(outs)) throw typeError(fn, 'outs', 'must be an array of Tensors', outs);
   if (!Array.isArray(lses)) throw typeError(fn, 'lses', 'must be an array of Tensors', lses);
-  if (outs.length < 1) throw rangeError(fn, 'outs.length', 'must be at least 1', outs.length);
-  if (lses.length !== outs.length) throw rangeError(fn, 'lses.length', `must equal outs.length = ${outs.length}`, lses.length);
+  const count = outs.length;
+  if (count < 1 || count > MAX_MERGE) throw rangeError(fn, 'outs.length', `must be between 1 and ${MAX_MERGE}`, count);
+  if (lses.length !== count) throw rangeError(fn, 'lses.length', `must equal outs.length = ${count}`, lses.length);
+  // Each element read once, into arrays of our own that the checks and the call use (holes are
+  // checked like any other element; an array with getters cannot pass one tensor and give another).
+  const outsA: unknown[] = new Array(count), lsesA: unknown[] = new Array(count);
+  for (let i = 0; i < count; i++) { outsA[i] = outs[i]; lsesA[i] = lses[i]; }
   const opts = checkOptions(fn, options, ['out', 'lse', 'cpu']);
-  const o0 = checkTensorArg(fn, 'outs[0]', outs[0]);
+  const o0 = checkTensorArg(fn, 'outs[0]', outsA[0]);
   if (o0.shape.length !== 3 && o0.shape.length !== 4) {
     throw rangeError(fn, 'outs[0].shape', 'must be [totalQ, heads, headDim] or [batch, seqlenQ, heads, headDim]', o0.shape);
   }
@@ -631,14 +643,14 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   const packed = o0.shape.length === 3;
   const [B, N, H, D] = packed ? [1, o0.shape[0], o0.shape[1], o0.shape[2]] : o0.shape;
   const lseShape = packed ? [H, N] : [B, H, N];
-  outs.forEach((o, i) => {
+  outsA.forEach((o, i) => {
     const t = checkTensorArg(fn, `outs[${i}]`, o);
     if (t.shape.length !== o0.shape.length || t.shape.some((d, j) => d !== o0.shape[j])) {
       throw rangeError(fn, `outs[${i}].shape`, `must equal outs[0].shape = ${describe(o0.shape)}`, t.shape);
     }
     if (t.dtype !== o0.dtype) throw typeError(fn, `outs[${i}].dtype`, `must equal outs[0].dtype = '${o0.dtype}'`, t.dtype);
     if (t.device !== o0.device) throw typeError(fn, `outs[${i}].device`, `must equal outs[0].device = '${o0.device}'`, t.device);
-    const l = checkTensorArg(fn, `lses[${i}]`, lses[i]);
+    const l = checkTensorArg(fn, `lses[${i}]`, lsesA[i]);
     if (l.shape.length !== lseShape.length || l.shape.some((d, j) => d !== lseShape[j])) {
       throw rangeError(fn, `lses[${i}].shape`, `must be ${describe(lseShape)}`, l.shape);
     }
@@ -649,7 +661,7 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   if (!(D >= 1)) throw rangeError(fn, `outs[0].shape[${o0.shape.length - 1}] (headDim)`, 'must be >= 1', D);
   if (device >= 0 && D % 4 !== 0) throw rangeError(fn, `outs[0].shape[${o0.shape.length - 1}] (headDim)`, 'must be a multiple of 4 on CUDA', D);
   if (B * N * H > MAX_ELEMENTS) throw rangeError(fn, 'outs[0].shape', 'must have at most 2^31-1 rows', o0.shape);
-  const inputs = [...outs, ...lses];
+  const inputs = [...outsA, ...lsesA] as Tensor[];
   let out = checkOutput(fn, 'options.out', opts.out, o0.shape, o0.dtype, device, inputs);
   let lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
   const threads = cpuThreads(fn, opts.cpu);
@@ -661,10 +673,10 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   }
   const P = baseParams(device, B, H, H, D, o0.dtype, null);
   P[F.seqlen_q] = N;
-  P[F.merge_count] = outs.length;
+  P[F.merge_count] = count;
   P[F.threads] = threads;
-  const os = outs.map((o, i) => slotOf(o, fn, `outs[${i}]`)!);
-  const ls = lses.map((l, i) => slotOf(l, fn, `lses[${i}]`)!);
+  const os = outsA.map((o, i) => slotOf(o as Tensor, fn, `outs[${i}]`)!);
+  const ls = lsesA.map((l, i) => slotOf(l as Tensor, fn, `lses[${i}]`)!);
   if (device < 0) {
     out ??= Tensor.wrapHost(hostArray(o0.dtype, o0.size), o0.shape, o0.dtype);
     lse ??= Tensor.wrapHost(new Float32Array(B * N * H), lseShape, 'float32');

@@ -5,6 +5,7 @@
 // tensor; dispose() frees the memory in stream order, so it is safe while queued work still reads it.
 import { checkOptions, describe, rangeError, typeError } from './errors';
 import { native, type Handle, type HostArray } from './native';
+import { copyTyped, typedArrayBuffer, typedArrayByteOffset, typedArrayKind, typedArrayLength } from './typed';
 
 export type DType = 'float32' | 'float16' | 'bfloat16' | 'int32';
 export type Device = 'cpu' | 'cuda' | `cuda:${number}`;
@@ -38,19 +39,30 @@ export function spareHandle(): Handle | null {
   return spares.length > 0 ? spares.pop()! : null;
 }
 
-/** Checks a shape and returns its element count. */
-export function checkShape(fn: string, shape: unknown, arg = 'shape'): number {
+/**
+ * Checks a shape and returns a frozen copy of it with its element count. Each dimension is read
+ * once, into the copy, and only the copy is used afterwards: an array whose elements change
+ * between reads (getters, a Proxy) cannot pass the check with one shape and be stored with another.
+ */
+export function checkShape(fn: string, shape: unknown, arg = 'shape'): { dims: readonly number[]; n: number } {
   if (!Array.isArray(shape)) throw typeError(fn, arg, 'must be an array of non-negative integers', shape);
+  const length = shape.length;
+  const dims: number[] = new Array(length);
   let n = 1;
-  shape.forEach((d: unknown, i: number) => {
+  for (let i = 0; i < length; i++) {
+    const d: unknown = shape[i];
     if (typeof d !== 'number') throw typeError(fn, `${arg}[${i}]`, 'must be a non-negative integer', d);
     if (!Number.isSafeInteger(d) || d < 0) throw rangeError(fn, `${arg}[${i}]`, 'must be a non-negative integer', d);
+    // Every dimension reaches the native code as an int32, so an empty tensor (product 0) may not
+    // carry a dimension of 2^31 or more either.
+    if (d > MAX_ELEMENTS) throw rangeError(fn, `${arg}[${i}]`, 'must be at most 2^31-1', d);
+    dims[i] = d;
     n *= d;
-  });
-  if (n > MAX_ELEMENTS) {
-    throw rangeError(fn, arg, `must hold at most 2^31-1 elements (${describe(shape)} holds ${n})`, shape);
   }
-  return n;
+  if (n > MAX_ELEMENTS) {
+    throw rangeError(fn, arg, `must hold at most 2^31-1 elements (${describe(dims)} holds ${n})`, dims);
+  }
+  return { dims: Object.freeze(dims), n };
 }
 
 function checkDType(fn: string, dtype: unknown, arg = 'options.dtype'): DType {
@@ -111,34 +123,41 @@ export class Tensor {
   static from(data: Float32Array | Uint16Array | Int32Array | ArrayBufferView, shape: readonly number[],
     options?: { dtype?: DType }): Tensor {
     const fn = 'Tensor.from';
-    const isF16 = Float16ArrayCtor !== undefined && data instanceof Float16ArrayCtor;
-    if (!(data instanceof Float32Array) && !(data instanceof Uint16Array) && !(data instanceof Int32Array) && !isF16) {
+    // The kind and length come from the array's internal slots and the copies go through the base
+    // constructors (lib/typed.ts), not data.slice(): a subclass, a Symbol.species override or an own
+    // `length` could otherwise hand the tensor the caller's own memory, or a length that is not the
+    // array's, and the caller could resize or transfer that memory while a call reads it. Typed
+    // arrays of another realm (a vm context) are accepted like this realm's.
+    const kind = typedArrayKind(data);
+    if (kind !== 'Float32Array' && kind !== 'Uint16Array' && kind !== 'Int32Array' && kind !== 'Float16Array') {
       throw typeError(fn, 'data', `must be a Float32Array, Uint16Array, Int32Array${Float16ArrayCtor ? ' or Float16Array' : ''}`, data);
     }
+    const view = data as ArrayBufferView;
     const opts = checkOptions(fn, options, ['dtype']);
-    const n = checkShape(fn, shape);
-    const length = (data as { length: number }).length;
+    const { dims, n } = checkShape(fn, shape);
+    const length = typedArrayLength(view);
     if (length !== n) {
-      throw rangeError(fn, 'data.length', `must equal the product of shape ${describe(shape)} = ${n}`, length);
+      throw rangeError(fn, 'data.length', `must equal the product of shape ${describe(dims)} = ${n}`, length);
     }
     let dtype: DType;
     let host: HostArray;
-    if (data instanceof Int32Array) {
+    if (kind === 'Int32Array') {
       if (opts.dtype !== undefined && opts.dtype !== 'int32') {
         throw typeError(fn, 'options.dtype', `for an Int32Array must be 'int32' (or absent)`, opts.dtype);
       }
       dtype = 'int32';
-      host = data.slice();
-    } else if (data instanceof Float32Array) {
+      host = copyTyped(Int32Array, view);
+    } else if (kind === 'Float32Array') {
       dtype = opts.dtype === undefined ? 'float32' : checkDType(fn, opts.dtype);
       if (dtype === 'int32') throw typeError(fn, 'options.dtype', `for a Float32Array must be 'float32', 'float16' or 'bfloat16'`, dtype);
       if (dtype === 'float32') {
-        host = data.slice();
+        host = copyTyped(Float32Array, view);
       } else {
+        // (read by the addon through the array's own memory and length, at once)
         host = new Uint16Array(n);
-        native.convertFromF32(data, host, DTYPE_CODE[dtype]);
+        native.convertFromF32(view as Float32Array, host, DTYPE_CODE[dtype]);
       }
-    } else if (data instanceof Uint16Array) {
+    } else if (kind === 'Uint16Array') {
       if (opts.dtype === undefined) {
         throw typeError(fn, 'options.dtype', `is required for a Uint16Array ('float16' or 'bfloat16' bits)`, undefined);
       }
@@ -146,10 +165,9 @@ export class Tensor {
       if (dtype === 'float32' || dtype === 'int32') {
         throw typeError(fn, 'options.dtype', `for a Uint16Array must be 'float16' or 'bfloat16'`, dtype);
       }
-      host = data.slice();
+      host = copyTyped(Uint16Array, view);
     } else {
-      const view = data as unknown as { buffer: ArrayBuffer; byteOffset: number; length: number };
-      const bits = new Uint16Array(view.buffer, view.byteOffset, view.length).slice();
+      const bits = copyTyped(Uint16Array, new Uint16Array(typedArrayBuffer(view), typedArrayByteOffset(view), n));
       dtype = opts.dtype === undefined ? 'float16' : checkDType(fn, opts.dtype);
       if (dtype === 'int32') throw typeError(fn, 'options.dtype', `for a Float16Array must be 'float16', 'bfloat16' or 'float32'`, dtype);
       if (dtype === 'float16') {
@@ -161,7 +179,7 @@ export class Tensor {
         if (dtype === 'bfloat16') native.convertFromF32(f32, host as Uint16Array, DTYPE_CODE.bfloat16);
       }
     }
-    return new Tensor(INTERNAL, { kind: 'host', data: host }, shape, dtype);
+    return new Tensor(INTERNAL, { kind: 'host', data: host }, dims, dtype);
   }
 
   /** A zero-filled tensor on the host or a CUDA device (on a device: queued, settles at once). */
@@ -177,12 +195,12 @@ export class Tensor {
   private static make(fn: string, shape: readonly number[], options: { dtype?: DType; device?: Device } | undefined,
     zero: boolean): Tensor {
     const opts = checkOptions(fn, options, ['dtype', 'device']);
-    const n = checkShape(fn, shape);
+    const { dims, n } = checkShape(fn, shape);
     const dtype = opts.dtype === undefined ? 'float32' : checkDType(fn, opts.dtype);
     const dev = opts.device === undefined ? -1 : parseDevice(fn, opts.device, 'options.device');
-    if (dev < 0) return new Tensor(INTERNAL, { kind: 'host', data: newHostArray(dtype, n) }, shape, dtype);
+    if (dev < 0) return new Tensor(INTERNAL, { kind: 'host', data: newHostArray(dtype, n) }, dims, dtype);
     const handle = callNative(fn, () => native.alloc(dev, n * ELEMENT_BYTES[dtype], zero));
-    return new Tensor(INTERNAL, { kind: 'device', index: dev, handle }, shape, dtype);
+    return new Tensor(INTERNAL, { kind: 'device', index: dev, handle }, dims, dtype);
   }
 
   /** @internal */
@@ -306,7 +324,7 @@ interface Uses {
 const uses = new Map<ArrayBufferLike, Uses>();
 const cpuAll = new Set<Promise<void>>();  // every pending call (settles, never rejects)
 const noop = () => {};
-const memoryOf = (a: unknown): ArrayBufferLike | undefined => (ArrayBuffer.isView(a) ? a.buffer : undefined);
+const memoryOf = (a: unknown): ArrayBufferLike | undefined => (typedArrayKind(a) !== undefined ? typedArrayBuffer(a as ArrayBufferView) : undefined);
 const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined));
 /**
  * A CPU call's place in the order: the memories it uses (`mems`), those of them it writes (`written`),
@@ -370,9 +388,9 @@ export async function cpuCallsDone(): Promise<void> {
   if (cpuAll.size > 0) await Promise.allSettled([...cpuAll]);
 }
 
-/** A slot value as a call queued behind others must hold it: a caller's Int32Array copied. */
+/** A slot value as a call queued behind others must hold it: a caller's Int32Array copied (lib/typed.ts). */
 export function ownSlot<T>(v: T): T {
-  return (v instanceof Int32Array ? v.slice() : v) as T;
+  return (typedArrayKind(v) === 'Int32Array' ? copyTyped(Int32Array, v as unknown as ArrayBufferView) : v) as T;
 }
 
 /** Like callNative for a call that may return a Promise. */

@@ -141,6 +141,14 @@ case "${1:-w}" in
       > "$OUT/q/tests-dqtail.log" 2>&1
     log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
+  gt)
+    # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
+    # forty-sixth session) on this tree's TypeScript (dbb82d6's CPU-order plan is in every upload and read-back)
+    HB=${HB:-new3}; use_addon $HB
+    mkdir -p "$OUT/gt"
+    TEST_TIMEOUT=${ST:-330} OUT=$OUT/gt bash scripts/gpu-run.sh tests > "$OUT/gt/tests-step.log" 2>&1
+    log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/gt/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    cp "$OUT/calls.log" "$OUT/gt/"; tar -C "$OUT" -cJf "$OUT/gt.tar.xz" gt && rm -rf "$OUT/gt" ;;
   pt)
     # forty-eighth session: page 1 against page 16 in decode, in turns (scripts/decode-page-turns.js: B 1 / 16 / 64 x
     # 16k, two passes), then issue 11's benches next to torch (decode, varlen, paged prefill, serving loop)

@@ -17,9 +17,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,7 +85,13 @@ struct Call {
   Napi::Array slots;
   uint32_t nslots;
 
-  int I(Field i) const { return static_cast<int>(f[i]); }
+  // A field as an int. A value outside int's range (or NaN) reads as INT_MIN, which every check of
+  // the core refuses (a cast would be undefined behaviour; the TypeScript checks keep such values
+  // from coming here, this keeps the binding safe on its own).
+  int I(Field i) const {
+    const double v = f[i];
+    return v >= double(INT_MIN) && v <= double(INT_MAX) ? static_cast<int>(v) : INT_MIN;
+  }
   double D(Field i) const { return f[i]; }
   Napi::Value S(Slot s) const {
     if (static_cast<uint32_t>(s) >= nslots) return env.Undefined();
@@ -118,19 +127,33 @@ size_t QueryRows(const Call& c, int op) {
   return PackedRows(c, op) ? size_t(c.I(FA_F_total_q)) : size_t(c.I(FA_F_batch)) * c.I(FA_F_seqlen_q);
 }
 
+// A product of fields, saturating: a negative factor or a product past size_t's range gives SIZE_MAX,
+// which no array's byte length reaches (the slot checks then refuse the call instead of a wrapped,
+// too small size letting it read or write past an array).
+size_t SatMul(std::initializer_list<long long> factors) {
+  size_t r = 1;
+  for (long long x : factors) {
+    if (x < 0 || __builtin_mul_overflow(r, static_cast<size_t>(x), &r)) return SIZE_MAX;
+  }
+  return r;
+}
+
 Sizes SizesOf(const Call& c, int op) {
   Sizes s;
-  const size_t es = ElemSize(c.I(FA_F_dtype));
-  const size_t B = c.I(FA_F_batch), H = c.I(FA_F_heads), Hkv = c.I(FA_F_heads_k), D = c.I(FA_F_head_dim);
-  const size_t key_rows = PackedRows(c, op) ? size_t(c.I(FA_F_total_k)) : B * c.I(FA_F_seqlen_k);
-  s.q = QueryRows(c, op) * H * D * es;
-  s.kv = key_rows * Hkv * D * es;
-  s.lse = H * QueryRows(c, op) * 4;
-  s.cu = (B + 1) * 4;
-  s.seq = B * 4;
-  s.table = B * size_t(c.I(FA_F_max_pages)) * 4;
-  s.cache = size_t(c.I(FA_F_num_pages)) * c.I(FA_F_page_size) * Hkv * D * es;
-  s.rot = size_t(c.I(FA_F_rotary_max_position)) * (c.I(FA_F_rotary_dim) / 2) * 4;
+  const long long es = static_cast<long long>(ElemSize(c.I(FA_F_dtype)));
+  const long long B = c.I(FA_F_batch), H = c.I(FA_F_heads), Hkv = c.I(FA_F_heads_k), D = c.I(FA_F_head_dim);
+  const bool packed = PackedRows(c, op);
+  const size_t q_rows = packed ? SatMul({c.I(FA_F_total_q)}) : SatMul({B, c.I(FA_F_seqlen_q)});
+  const size_t key_rows = packed ? SatMul({c.I(FA_F_total_k)}) : SatMul({B, c.I(FA_F_seqlen_k)});
+  const auto rows = [](size_t r) { return r > size_t(LLONG_MAX) ? -1LL : static_cast<long long>(r); };
+  s.q = SatMul({rows(q_rows), H, D, es});
+  s.kv = SatMul({rows(key_rows), Hkv, D, es});
+  s.lse = SatMul({H, rows(q_rows), 4});
+  s.cu = B < 0 ? SIZE_MAX : SatMul({B + 1, 4});
+  s.seq = SatMul({B, 4});
+  s.table = SatMul({B, c.I(FA_F_max_pages), 4});
+  s.cache = SatMul({c.I(FA_F_num_pages), c.I(FA_F_page_size), Hkv, D, es});
+  s.rot = SatMul({c.I(FA_F_rotary_max_position), c.I(FA_F_rotary_dim) / 2, 4});
   return s;
 }
 

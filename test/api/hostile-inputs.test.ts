@@ -1,0 +1,220 @@
+// Inputs that change between the library's reads, or that are typed arrays in disguise (the
+// forty-eighth session's black-box audit): each was a crash, a silent change of the problem or a
+// message that broke the contract before. What is checked must be what the native code gets:
+// - a shape array whose elements change after the check (a getter): the tensor keeps the checked
+//   shape (before, it stored the second read: 8 elements claiming 2^60, and a paged call read
+//   page 2^29 of them);
+// - a typed array subclass whose slice() returns itself, or with an own `length`: the tensor
+//   holds its own copy of the elements (before, it held the caller's memory, which a resize freed
+//   under a running call);
+// - typed arrays of another realm (a vm context) are accepted as this realm's are;
+// - dimensions of 2^31 or more, also in an empty tensor, are refused (they reach the addon as int32);
+// - scale / softcap outside float32's range are refused (they became infinite, or 0: softcap off);
+// - window / options / index arrays / mergeAttention's arrays read once;
+// - synchronize() / emptyCache() with no argument on a machine without a CUDA device are 'cpu'.
+import * as vm from 'node:vm';
+import { describe, expect, it } from 'vitest';
+import {
+  Tensor, emptyCache, flashAttention, flashAttentionBackward, flashAttentionVarlen, mergeAttention, pagedAttention, synchronize,
+} from '../../lib/index';
+import { native } from '../../lib/native';
+import { disposeAll, Rng, randomTensor } from '../helpers/reference';
+
+/** An array whose element i reads first[i] the first time and later[i] after that. */
+function changing(first: number[], later: number[]): number[] {
+  const a: number[] = new Array(first.length).fill(0);
+  first.forEach((f, i) => {
+    let reads = 0;
+    Object.defineProperty(a, i, { get: () => (reads++ === 0 ? f : later[i]), enumerable: true });
+  });
+  return a;
+}
+
+const hasGpu = native.devices().length > 0;
+
+describe('shapes are read once', () => {
+  it('Tensor.from / zeros / empty keep the shape that was checked', async () => {
+    const t = Tensor.from(new Float32Array(8), changing([1, 1, 1, 8], [2 ** 30, 2 ** 30, 1, 8]), { dtype: 'float16' });
+    expect(t.shape).toEqual([1, 1, 1, 8]);
+    expect(t.size).toBe(8);
+    const z = await Tensor.zeros(changing([2, 4], [2 ** 30, 2 ** 30]));
+    expect(z.shape).toEqual([2, 4]);
+    expect(z.size).toBe(8);
+    expect((await z.toFloat32Array()).length).toBe(8);
+    const e = await Tensor.empty(changing([3], [2 ** 31]), { dtype: 'int32' });
+    expect(e.shape).toEqual([3]);
+    disposeAll(t, z, e);
+  });
+
+  it('a paged call on a cache made from such a shape reads only its own pages (RangeError, no crash)', async () => {
+    const kc = Tensor.from(new Float32Array(8), changing([1, 1, 1, 8], [2 ** 30, 2 ** 30, 1, 8]), { dtype: 'float16' });
+    const vc = Tensor.from(new Float32Array(8), changing([1, 1, 1, 8], [2 ** 30, 2 ** 30, 1, 8]), { dtype: 'float16' });
+    const q = Tensor.from(new Float32Array(8).fill(1), [1, 1, 8], { dtype: 'float16' });
+    await expect(pagedAttention(q, kc, vc, { pageTable: Int32Array.of(2 ** 29), seqlensK: Int32Array.of(4), cuSeqlensQ: Int32Array.of(0, 1) }))
+      .rejects.toThrow(RangeError);
+    disposeAll(kc, vc, q);
+  });
+
+  it('dimensions of 2^31 or more are refused, also where the product is 0', () => {
+    expect(() => Tensor.from(new Float32Array(0), [1, 0, 2 ** 31, 8])).toThrow(/Tensor\.from: shape\[2\] must be at most 2\^31-1, got 2147483648/);
+    expect(() => Tensor.from(new Float32Array(0), [0, 2 ** 31])).toThrow(RangeError);
+    expect(Tensor.from(new Float32Array(0), [0, 2 ** 31 - 1]).shape).toEqual([0, 2 ** 31 - 1]);
+  });
+});
+
+describe('typed arrays in disguise', () => {
+  it("a subclass whose slice() returns itself: the tensor holds its own copy", async () => {
+    class Aliased extends Float32Array { slice(): this { return this; } }
+    const data = new Aliased(8).fill(1.5);
+    const t = Tensor.from(data, [8]);
+    data.fill(-3);  // the caller's array changes; the tensor's does not
+    expect(Array.from(await t.toFloat32Array())).toEqual(new Array(8).fill(1.5));
+    t.dispose();
+  });
+
+  it('a resizable buffer shrunk under a running call does not reach it', async () => {
+    const n = 1 * 256 * 2 * 64;
+    const buf = new (ArrayBuffer as unknown as new (n: number, o: { maxByteLength: number }) => ArrayBuffer & { resize(n: number): void })(n * 4, { maxByteLength: n * 4 });
+    class Aliased extends Float32Array { slice(): this { return this; } }
+    const data = new Aliased(buf).fill(0.01);
+    const q = Tensor.from(data, [1, 256, 2, 64]);
+    const p = flashAttention(q, q, q, { cpu: { threads: 2 } });
+    buf.resize(0);
+    const { out, lse } = await p;
+    const o = await out.toFloat32Array();
+    // uniform attention over equal rows: every output element is the value itself
+    for (const x of o) expect(Math.abs(x - 0.01)).toBeLessThan(1e-6);
+    disposeAll(q, out, lse);
+  });
+
+  it('an own `length` is not the length: the array\'s own is checked', () => {
+    const a = new Float32Array(3);
+    Object.defineProperty(a, 'length', { value: 8 });
+    expect(() => Tensor.from(a, [8])).toThrow(/Tensor\.from: data\.length must equal the product of shape \[8\] = 8, got 3/);
+    expect(Tensor.from(a, [3]).size).toBe(3);
+  });
+
+  it('typed arrays of another realm are accepted, as tensors and as index arrays', async () => {
+    const other = vm.runInNewContext('({ f: new Float32Array(2 * 3 * 1 * 8).fill(0.5), cu: Int32Array.of(0, 2, 3) })') as { f: Float32Array; cu: Int32Array };
+    const q = Tensor.from(other.f, [2, 3, 1, 8]);
+    expect(q.dtype).toBe('float32');
+    const packed = Tensor.from(new Float32Array(3 * 1 * 8).fill(0.25), [3, 1, 8]);
+    const r = await flashAttentionVarlen(packed, packed, packed, { cuSeqlensQ: other.cu, cuSeqlensK: other.cu });
+    for (const x of await r.out.toFloat32Array()) expect(x).toBeCloseTo(0.25, 6);
+    disposeAll(q, packed, r.out, r.lse);
+  });
+
+  it('a Proxy around a typed array is refused with a TypeError that says so', async () => {
+    const packed = Tensor.from(new Float32Array(8), [1, 1, 8]);
+    await expect(flashAttentionVarlen(packed, packed, packed, { cuSeqlensQ: new Proxy(Int32Array.of(0, 1), {}) as Int32Array, cuSeqlensK: Int32Array.of(0, 1) }))
+      .rejects.toThrow(/flashAttentionVarlen: options\.cuSeqlensQ must be an Int32Array or an int32 Tensor, got a Proxy/);
+    expect(() => Tensor.from(new Proxy(new Float32Array(2), {}) as Float32Array, [2])).toThrow(TypeError);
+    packed.dispose();
+  });
+
+  it('an index array subclass whose slice() returns itself: a queued call keeps the values it was checked with', async () => {
+    class Aliased extends Int32Array { slice(): this { return this; } }
+    const saved = process.env.FA_CPU_INLINE;
+    process.env.FA_CPU_INLINE = '0';  // (every call on a worker: the second is queued behind the first)
+    try {
+      const rng = new Rng(48);
+      const H = 2, D = 16, lens = [40, 24];
+      const total = lens[0] + lens[1];
+      const good = () => Int32Array.of(0, lens[0], total);
+      const [q, k, v] = [0, 1, 2].map(() => randomTensor(rng, [total, H, D], 'float32').tensor);
+      const want1 = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: good(), cuSeqlensK: good() });
+      const want2 = await flashAttentionVarlen(want1.out, k, v, { cuSeqlensQ: good(), cuSeqlensK: good() });
+      // the first call writes o1; the second reads it as q, so it waits for the first and holds its
+      // own copy of cu meanwhile (before: slice() was the caller's array, changed below)
+      const o1 = await Tensor.empty([total, H, D]);
+      const cu = new Aliased(3);
+      cu.set(good());
+      const first = flashAttentionVarlen(q, k, v, { cuSeqlensQ: good(), cuSeqlensK: good(), out: o1 });
+      const second = flashAttentionVarlen(o1, k, v, { cuSeqlensQ: cu, cuSeqlensK: cu });
+      cu.set([0, 2 ** 30, 2 ** 31 - 1]);  // out of range, after the call was made
+      const r1 = await first, r2 = await second;
+      expect(Array.from(await r2.out.toFloat32Array())).toEqual(Array.from(await want2.out.toFloat32Array()));
+      disposeAll(q, k, v, want1.out, want1.lse, want2.out, want2.lse, o1, r1.lse, r2.out, r2.lse);
+    } finally {
+      if (saved === undefined) delete process.env.FA_CPU_INLINE;
+      else process.env.FA_CPU_INLINE = saved;
+    }
+  });
+});
+
+describe('float32 range of scale and softcap', () => {
+  const t = () => Tensor.from(new Float32Array(4 * 8).fill(1), [1, 4, 1, 8]);
+  it('scale past float32 is refused (it became infinite: NaN outputs)', async () => {
+    const x = t();
+    await expect(flashAttention(x, x, x, { scale: 1e39 })).rejects.toThrow(/flashAttention: options\.scale must be a finite number within float32 range/);
+    await expect(flashAttention(x, x, x, { scale: -1e39 })).rejects.toThrow(RangeError);
+    const ok = await flashAttention(x, x, x, { scale: 1e30 });  // (equal scores of 8e30: uniform)
+    for (const y of await ok.out.toFloat32Array()) expect(y).toBe(1);
+    disposeAll(x, ok.out, ok.lse);
+  });
+  it('softcap past float32, or under its smallest normal, is refused (it became infinite, or 0: off)', async () => {
+    const x = t();
+    for (const softcap of [1e39, 1e-46, 1e-39]) {
+      await expect(flashAttention(x, x, x, { softcap })).rejects.toThrow(/flashAttention: options\.softcap must be 0 \(off\) or a finite number within float32 range/);
+    }
+    await expect(flashAttentionBackward(x, x, x, x, x, x, { softcap: 1e39 } as never)).rejects.toThrow(RangeError);
+    const ok = await flashAttention(x, x, x, { softcap: 1.2e-38 });
+    for (const y of await ok.out.toFloat32Array()) expect(y).toBe(1);
+    disposeAll(x, ok.out, ok.lse);
+  });
+});
+
+describe('options and arrays read once', () => {
+  it('window: each bound read once; a hole is a TypeError', async () => {
+    const x = Tensor.from(new Float32Array(4 * 8).fill(1), [1, 4, 1, 8]);
+    await expect(flashAttention(x, x, x, { window: changing([1, 0], [-5, -5]) as unknown as [number, number] })).resolves.toBeDefined();
+    // eslint-disable-next-line no-sparse-arrays
+    await expect(flashAttention(x, x, x, { window: [, 1] as unknown as [number, number] })).rejects.toThrow(TypeError);
+    x.dispose();
+  });
+  it('an option getter runs once, and its first value is the one used', async () => {
+    const x = Tensor.from(new Float32Array(4 * 8).fill(1), [1, 4, 1, 8]);
+    let reads = 0;
+    const opts = { get softcap() { reads++; return reads === 1 ? 10 : NaN; } };
+    const r = await flashAttention(x, x, x, opts);
+    expect(reads).toBe(1);
+    disposeAll(x, r.out, r.lse);
+  });
+  it('options inherited from a prototype are still options', async () => {
+    const x = randomTensor(new Rng(3), [1, 6, 1, 8], 'float32').tensor;
+    const plain = await flashAttention(x, x, x, { causal: true });
+    const inherited = await flashAttention(x, x, x, Object.create({ causal: true }));
+    expect(Array.from(await inherited.out.toFloat32Array())).toEqual(Array.from(await plain.out.toFloat32Array()));
+    disposeAll(x, plain.out, plain.lse, inherited.out, inherited.lse);
+  });
+  it('boxed primitives are not options objects', async () => {
+    const x = Tensor.from(new Float32Array(8), [1, 1, 1, 8]);
+    await expect(flashAttention(x, x, x, new Number(1) as never)).rejects.toThrow(/flashAttention: options must be an object or undefined, got a Number/);
+    x.dispose();
+  });
+  it('mergeAttention: a hole in outs is named; the tensors checked are the tensors merged', async () => {
+    const o = Tensor.from(new Float32Array(8).fill(2), [1, 1, 8]), l = Tensor.from(new Float32Array(1), [1, 1]);
+    // eslint-disable-next-line no-sparse-arrays
+    await expect(mergeAttention([o, , ] as Tensor[], [l, l])).rejects.toThrow(/mergeAttention: outs\[1\] must be a Tensor, got undefined/);
+    const wrong = Tensor.from(new Float32Array(1), [1, 1, 1]);
+    const outs: Tensor[] = [o, o];
+    let reads = 0;
+    Object.defineProperty(outs, 1, { get: () => (reads++ === 0 ? o : wrong) });
+    const r = await mergeAttention(outs, [l, l]);
+    expect(Array.from(await r.out.toFloat32Array())).toEqual(new Array(8).fill(2));
+    disposeAll(o, l, wrong, r.out, r.lse);
+  });
+});
+
+describe('synchronize() / emptyCache() without an argument', () => {
+  it.skipIf(hasGpu)("on a machine without a CUDA device they are 'cpu' (resolve once the CPU calls are done)", async () => {
+    const x = randomTensor(new Rng(5), [1, 300, 2, 32], 'float32').tensor;
+    let settled = false;
+    const p = flashAttention(x, x, x).then((r) => { settled = true; return r; });
+    await synchronize();
+    expect(settled).toBe(true);
+    await expect(emptyCache()).resolves.toBeUndefined();
+    const r = await p;
+    disposeAll(x, r.out, r.lse);
+  });
+});
