@@ -35,7 +35,7 @@ import {
 } from '../lib/index';
 import { native } from '../lib/native';
 import { randn } from '../lib/random';
-import { DTYPE_CODE } from '../lib/tensor';
+import { DTYPE_CODE, storageOf } from '../lib/tensor';
 
 interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean; Nq?: number }
 interface Row { case: Case; dir: 'fwd' | 'bwd'; impl: string; ms: number; tflops: number; note?: string }
@@ -79,7 +79,7 @@ const key = (c: Case) => `${c.dtype} D${c.D} ${c.causal ? 'causal' : 'full'} N${
 /** A device tensor of approximately standard-normal values generated on the GPU. */
 async function randomDevice(shape: number[], dtype: DType, seed: number): Promise<Tensor> {
   const t = await Tensor.empty(shape, { dtype, device: 'cuda' });
-  const s = t.storage('bench', 'tensor');
+  const s = storageOf(t, 'bench', 'tensor');
   if (s.kind === 'device') native.fillRandom(s.handle, DTYPE_CODE[dtype], seed);
   return t;
 }

@@ -6,7 +6,7 @@
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, ownSlot, spareHandle, OutLse, Grads, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, ownSlot, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -247,7 +247,7 @@ export function checkOutput(fn: string, name: string, t: unknown, shape: readonl
 /** The storage of a tensor as a slot value: its device handle or its host array. */
 export function slotOf(t: Tensor | undefined, fn: string, name: string): Handle | HostArray | null {
   if (t === undefined) return null;
-  const s = t.storage(fn, name);
+  const s = storageOf(t, fn, name);
   return s.kind === 'device' ? s.handle : s.data;
 }
 
@@ -355,8 +355,8 @@ export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: 
   }
   const P = params(p);
   if (p.device < 0) {
-    out ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
-    lse ??= Tensor.wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
+    out ??= wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
+    lse ??= wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
   }
   // The slot array indexed directly (what slotArray makes from named slots, without its lookups).
   const arr: SlotValue[] = [];
@@ -370,8 +370,8 @@ export async function flashAttention(q: Tensor, k: Tensor, v: Tensor, options?: 
   const h = r instanceof Promise ? await r : r;
   let i = 0;
   return new OutLse(
-    out ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
-    lse ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32'),
+    out ?? wrapDevice(p.device, h[i++], q.shape, p.dtype),
+    lse ?? wrapDevice(p.device, h[i++], lseShape, 'float32'),
   );
 }
 
@@ -421,10 +421,10 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
   P[F.deterministic] = deterministic ? 1 : 0;
   let softmaxD: Tensor | undefined;
   if (p.device < 0) {
-    dq ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
-    dk ??= Tensor.wrapHost(hostArray(p.dtype, k.size), k.shape, p.dtype);
-    dv ??= Tensor.wrapHost(hostArray(p.dtype, v.size), v.shape, p.dtype);
-    if (wantD) softmaxD = Tensor.wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
+    dq ??= wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
+    dk ??= wrapHost(hostArray(p.dtype, k.size), k.shape, p.dtype);
+    dv ??= wrapHost(hostArray(p.dtype, v.size), v.shape, p.dtype);
+    if (wantD) softmaxD = wrapHost(new Float32Array(p.B * p.H * p.Nq), lseShape, 'float32');
   }
   const h = await runCall(fn, OP.backward, P, p.device, {
     dout: slotOf(dout, fn, 'dout'), q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
@@ -434,10 +434,10 @@ export async function flashAttentionBackward(dout: Tensor, q: Tensor, k: Tensor,
     softmax_d: p.device < 0 ? slotOf(softmaxD, fn, 'softmaxD') : wantD,
   });
   let i = 0;
-  const tdq = dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype);
-  const tdk = dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype);
-  const tdv = dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype);
-  return new Grads(tdq, tdk, tdv, wantD ? softmaxD ?? Tensor.wrapDevice(p.device, h[i++], lseShape, 'float32') : undefined);
+  const tdq = dq ?? wrapDevice(p.device, h[i++], q.shape, p.dtype);
+  const tdk = dk ?? wrapDevice(p.device, h[i++], k.shape, p.dtype);
+  const tdv = dv ?? wrapDevice(p.device, h[i++], v.shape, p.dtype);
+  return new Grads(tdq, tdk, tdv, wantD ? softmaxD ?? wrapDevice(p.device, h[i++], lseShape, 'float32') : undefined);
 }
 
 /**

@@ -83,19 +83,16 @@ export function checkOptions(fn: string, options: unknown, known: readonly strin
         `expected one of ${known.join(', ')}, got '${key}'`);
     }
   }
+  // Every known option read once, own or inherited, enumerable or not (as the checks read them
+  // before the snapshot), into a new object with only the options given.
   const src = options as Record<string, unknown>;
   const snap: Record<string, unknown> = {};
-  if (Object.getPrototypeOf(options) === Object.prototype) {
-    // The common case, an object literal: its own keys are all the options it has.
-    if (keys.length === 0) return NO_OPTIONS;
-    for (const key of keys) snap[key] = src[key];
-  } else {
-    // (a class instance, Object.create(proto), another realm's object: options may be inherited)
-    for (const key of known) {
-      const v = src[key];
-      if (v !== undefined) snap[key] = v;
-    }
+  let any = false;
+  for (const key of known) {
+    const v = src[key];
+    if (v !== undefined) { snap[key] = v; any = true; }
   }
+  if (!any) return NO_OPTIONS;
   return snap;
 }
 

@@ -44,6 +44,10 @@ export interface MemoryStats {
   total: number;
 }
 
+// Whether the process has a CUDA device (the count does not change while it runs).
+let cudaCount: number | undefined;
+const hasCuda = () => (cudaCount ??= native.devices().length) > 0;
+
 function cudaIndex(fn: string, device: unknown): number {
   const d = parseDevice(fn, device === undefined ? 'cuda' : device, 'device');
   if (d < 0) throw new RangeError(`${fn}: device must be a CUDA device ('cuda' or 'cuda:N'), got 'cpu'`);
@@ -60,7 +64,7 @@ function cudaIndex(fn: string, device: unknown): number {
  */
 export async function synchronize(device?: Device): Promise<void> {
   const fn = 'synchronize';
-  if (device === 'cpu' || (device === undefined && native.devices().length === 0)) return cpuCallsDone();
+  if (device === 'cpu' || (device === undefined && !hasCuda())) return cpuCallsDone();
   const d = cudaIndex(fn, device);
   await callNativeAsync(fn, () => native.synchronize(d));
 }
@@ -87,7 +91,7 @@ export function resetPeakMemoryStats(device?: Device): void {
 export async function emptyCache(device?: Device): Promise<void> {
   const fn = 'emptyCache';
   // the CPU backend pools nothing to hand back to a driver; no argument and no CUDA device: 'cpu'
-  if (device === 'cpu' || (device === undefined && native.devices().length === 0)) return cpuCallsDone();
+  if (device === 'cpu' || (device === undefined && !hasCuda())) return cpuCallsDone();
   const d = cudaIndex(fn, device);
   await callNativeAsync(fn, () => native.emptyCache(d));
 }

@@ -14,8 +14,8 @@ import {
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
-import { copyTyped, isPlainTyped, typedArrayBuffer, typedArrayKind } from './typed';
-import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, type DType } from './tensor';
+import { copyTyped, typedArrayKind } from './typed';
+import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, storageOf, wrapDevice, wrapHost, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
 export type IndexArray = Int32Array | Tensor;
@@ -100,21 +100,18 @@ function checkIndex(fn: string, name: string, v: unknown, device: number, length
   let len: number;
   let slot: Handle | Int32Array;
   if (typedArrayKind(v) === 'Int32Array') {
-    // Memory shared with other threads (a SharedArrayBuffer) can change while this call checks and
-    // copies it: the call takes its own copy first, so that the checks and the kernel see one set
-    // of values. So does an array that is not a plain Int32Array of this realm (a subclass, an own
-    // `length`, another realm's): the checks below then read a copy whose length and elements are
-    // the array's own (lib/typed.ts).
-    const a = v as Int32Array;
-    const shared = typeof SharedArrayBuffer !== 'undefined' && typedArrayBuffer(a) instanceof SharedArrayBuffer;
-    host = shared || !isPlainTyped(a, Int32Array) ? copyTyped(Int32Array, a) : a;
+    // The call's own copy, taken before anything is checked (its length and elements are the
+    // array's own: lib/typed.ts): the caller may change its array at any time after this, from
+    // another thread (a SharedArrayBuffer) or from code of its own that runs during the checks (a
+    // getter), and the checks and the kernel still see one set of values.
+    host = copyTyped(Int32Array, v as Int32Array);
     len = host.length;
     slot = host;
   } else if (Tensor.isTensor(v)) {
     if (v.disposed) throw new TypeError(`${fn}: ${name} is disposed, got a disposed Tensor`);
     if (v.dtype !== 'int32') throw typeError(fn, `${name}.dtype`, `must be 'int32'`, v.dtype);
     len = v.size;
-    const s = v.storage(fn, name);
+    const s = storageOf(v, fn, name);
     if (s.kind === 'host') {
       host = s.data as Int32Array;
       slot = host;
@@ -276,8 +273,8 @@ function packedResult(device: number, h: Handle[], q: Tensor, H: number, totalQ:
   out: Tensor | undefined, lse: Tensor | undefined): AttentionResult {
   let i = 0;
   return new OutLse(
-    out ?? Tensor.wrapDevice(device, h[i++], q.shape, dtype),
-    lse ?? Tensor.wrapDevice(device, h[i++], [H, totalQ], 'float32'),
+    out ?? wrapDevice(device, h[i++], q.shape, dtype),
+    lse ?? wrapDevice(device, h[i++], [H, totalQ], 'float32'),
   );
 }
 
@@ -310,8 +307,8 @@ export async function flashAttentionVarlen(q: Tensor, k: Tensor, v: Tensor, opti
   P[F.total_q] = p.totalQ;
   P[F.total_k] = p.totalK;
   if (p.device < 0) {
-    out ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
-    lse ??= Tensor.wrapHost(new Float32Array(p.H * p.totalQ), lseShape, 'float32');
+    out ??= wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
+    lse ??= wrapHost(new Float32Array(p.H * p.totalQ), lseShape, 'float32');
   }
   const h = await runCall(fn, OP.forward, P, p.device, {
     q: slotOf(q, fn, 'q'), k: slotOf(k, fn, 'k'), v: slotOf(v, fn, 'v'),
@@ -353,9 +350,9 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
     throw typeError(fn, 'options.dq/dk/dv', 'must be three different tensors', 'the same Tensor twice', true);
   }
   if (p.device < 0) {
-    dq ??= Tensor.wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
-    dk ??= Tensor.wrapHost(hostArray(p.dtype, k.size), k.shape, p.dtype);
-    dv ??= Tensor.wrapHost(hostArray(p.dtype, v.size), v.shape, p.dtype);
+    dq ??= wrapHost(hostArray(p.dtype, q.size), q.shape, p.dtype);
+    dk ??= wrapHost(hostArray(p.dtype, k.size), k.shape, p.dtype);
+    dv ??= wrapHost(hostArray(p.dtype, v.size), v.shape, p.dtype);
   }
   if (B === 0 || (p.totalQ === 0 && p.totalK === 0)) {
     return new Grads(
@@ -379,9 +376,9 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
   });
   let i = 0;
   return new Grads(
-    dq ?? Tensor.wrapDevice(p.device, h[i++], q.shape, p.dtype),
-    dk ?? Tensor.wrapDevice(p.device, h[i++], k.shape, p.dtype),
-    dv ?? Tensor.wrapDevice(p.device, h[i++], v.shape, p.dtype),
+    dq ?? wrapDevice(p.device, h[i++], q.shape, p.dtype),
+    dk ?? wrapDevice(p.device, h[i++], k.shape, p.dtype),
+    dv ?? wrapDevice(p.device, h[i++], v.shape, p.dtype),
   );
 }
 
@@ -521,8 +518,8 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
     );
   }
   if (device < 0) {
-    out ??= Tensor.wrapHost(hostArray(tq.dtype, tq.size), q.shape, tq.dtype);
-    lse ??= Tensor.wrapHost(new Float32Array(H * totalQ), [H, totalQ], 'float32');
+    out ??= wrapHost(hostArray(tq.dtype, tq.size), q.shape, tq.dtype);
+    lse ??= wrapHost(new Float32Array(H * totalQ), [H, totalQ], 'float32');
   }
   const slots = c.slots;
   slots.out = outSlot(out, fn, 'options.out', device);
@@ -678,8 +675,8 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   const os = outsA.map((o, i) => slotOf(o as Tensor, fn, `outs[${i}]`)!);
   const ls = lsesA.map((l, i) => slotOf(l as Tensor, fn, `lses[${i}]`)!);
   if (device < 0) {
-    out ??= Tensor.wrapHost(hostArray(o0.dtype, o0.size), o0.shape, o0.dtype);
-    lse ??= Tensor.wrapHost(new Float32Array(B * N * H), lseShape, 'float32');
+    out ??= wrapHost(hostArray(o0.dtype, o0.size), o0.shape, o0.dtype);
+    lse ??= wrapHost(new Float32Array(B * N * H), lseShape, 'float32');
     const oSlot = slotOf(out, fn, 'options.out'), lSlot = slotOf(lse, fn, 'options.lse') as Float32Array;
     const plan = cpuPlan([...os, ...ls], [oSlot, lSlot]);
     const Pc = plan.deps.length > 0 ? P.slice() : P;  // (behind earlier CPU calls: the shared params record copied now)
@@ -690,8 +687,8 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
     outSlot(lse, fn, 'options.lse', device) as Handle | null) as Handle[]);
   let i = 0;
   return new OutLse(
-    out ?? Tensor.wrapDevice(device, h[i++], o0.shape, o0.dtype),
-    lse ?? Tensor.wrapDevice(device, h[i++], lseShape, 'float32'),
+    out ?? wrapDevice(device, h[i++], o0.shape, o0.dtype),
+    lse ?? wrapDevice(device, h[i++], lseShape, 'float32'),
   );
 }
 

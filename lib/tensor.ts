@@ -21,11 +21,12 @@ export const MAX_ELEMENTS = 2 ** 31 - 1;
 const Float16ArrayCtor = (globalThis as { Float16Array?: new (...args: unknown[]) => ArrayBufferView })
   .Float16Array;
 
-type Storage =
+export type Storage =
   | { kind: 'host'; data: HostArray }
   | { kind: 'device'; index: number; handle: Handle };
 
 const INTERNAL = Symbol('Tensor.internal');
+let readStorage: (t: Tensor, fn: string, arg: string) => Storage;
 
 // Handles of disposed device tensors, for reuse: a CUDA call given one in an output slot returns
 // its new output in that handle instead of making a new one (a native handle with a finalizer, and
@@ -117,6 +118,9 @@ export class Tensor {
     this.size = n;
     this.dtype = dtype;
     this.device = deviceName(storage.kind === 'host' ? -1 : storage.index);
+    // Frozen: its shape, dtype, size and device cannot be redefined (a getter on `size` would run
+    // caller code between a call's checks and its use of them); the storage is a private field.
+    Object.freeze(this);
   }
 
   /** Host tensor from a typed array (copied). */
@@ -203,15 +207,6 @@ export class Tensor {
     return new Tensor(INTERNAL, { kind: 'device', index: dev, handle }, dims, dtype);
   }
 
-  /** @internal */
-  static wrapHost(data: HostArray, shape: readonly number[], dtype: DType): Tensor {
-    return new Tensor(INTERNAL, { kind: 'host', data }, shape, dtype);
-  }
-
-  /** @internal */
-  static wrapDevice(index: number, handle: Handle, shape: readonly number[], dtype: DType): Tensor {
-    return new Tensor(INTERNAL, { kind: 'device', index, handle }, shape, dtype);
-  }
 
   /**
    * @internal Whether `x` was made by this class (a brand check: an object that merely has
@@ -225,10 +220,14 @@ export class Tensor {
     return this.#storage === null;
   }
 
-  /** @internal The storage, checked: throws TypeError naming `arg` when disposed. */
-  storage(fn: string, arg: string): Storage {
-    if (this.#storage === null) throw new TypeError(`${fn}: ${arg} is disposed, got a disposed Tensor`);
-    return this.#storage;
+  // The library's access to a tensor's memory (storageOf, below): not a method, so that it is not part
+  // of the public object (a caller holding the memory of its tensor could detach or resize it while a
+  // call reads it).
+  static {
+    readStorage = (t, fn, arg) => {
+      if (t.#storage === null) throw new TypeError(`${fn}: ${arg} is disposed, got a disposed Tensor`);
+      return t.#storage;
+    };
   }
 
   /**
@@ -238,23 +237,23 @@ export class Tensor {
    */
   async to(device: Device): Promise<Tensor> {
     const fn = 'Tensor.to';
-    const s = this.storage(fn, 'tensor');
+    const s = storageOf(this, fn, 'tensor');
     const dev = parseDevice(fn, device);
-    if (dev < 0) return Tensor.wrapHost(await this.toTypedArray(), this.shape, this.dtype);
+    if (dev < 0) return wrapHost(await this.toTypedArray(), this.shape, this.dtype);
     if (s.kind === 'device') {
       const handle = callNative(fn, () => native.copyDevice(s.handle, dev));
-      return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
+      return wrapDevice(dev, handle, this.shape, this.dtype);
     }
     const data = s.data;
     // behind the CPU calls made before it that write the tensor, and ahead of later ones that write it
     const handle = await inCpuOrder(cpuPlan([data]), () => callNativeAsync(fn, () => native.upload(dev, data)));
-    return Tensor.wrapDevice(dev, handle, this.shape, this.dtype);
+    return wrapDevice(dev, handle, this.shape, this.dtype);
   }
 
   /** The elements in the tensor's own dtype: Float32Array, Int32Array, or Uint16Array of float16/bfloat16 bits. */
   async toTypedArray(): Promise<Float32Array | Uint16Array | Int32Array> {
     const fn = 'Tensor.toTypedArray';
-    const s = this.storage(fn, 'tensor');
+    const s = storageOf(this, fn, 'tensor');
     if (s.kind === 'host') {
       const data = s.data;
       // behind the CPU calls made before this read that write the tensor, and ahead of later ones that
@@ -270,7 +269,7 @@ export class Tensor {
 
   /** The elements widened to float32 (downloaded first when on a GPU). */
   async toFloat32Array(): Promise<Float32Array> {
-    this.storage('Tensor.toFloat32Array', 'tensor');
+    storageOf(this, 'Tensor.toFloat32Array', 'tensor');
     const raw = await this.toTypedArray();
     if (raw instanceof Float32Array) return raw;
     if (raw instanceof Int32Array) return Float32Array.from(raw);
@@ -434,4 +433,19 @@ export class Grads {
     this.dv.dispose();
     this.softmaxD?.dispose();
   }
+}
+
+/** @internal A tensor's storage, checked: throws TypeError naming `arg` when it is disposed. */
+export function storageOf(t: Tensor, fn: string, arg: string): Storage {
+  return readStorage(t, fn, arg);
+}
+
+/** @internal A host tensor on `data` (the library's own array: not a copy). */
+export function wrapHost(data: HostArray, shape: readonly number[], dtype: DType): Tensor {
+  return new Tensor(INTERNAL, { kind: 'host', data }, shape, dtype);
+}
+
+/** @internal A device tensor on `handle`. */
+export function wrapDevice(index: number, handle: Handle, shape: readonly number[], dtype: DType): Tensor {
+  return new Tensor(INTERNAL, { kind: 'device', index, handle }, shape, dtype);
 }

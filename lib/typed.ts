@@ -12,6 +12,8 @@ const TAG = getter(Symbol.toStringTag);
 const LENGTH = getter('length');
 const BUFFER = getter('buffer');
 const BYTE_OFFSET = getter('byteOffset');
+// %TypedArray%.prototype.set, taken now (a later patch of Float32Array.prototype.set is not called)
+const SET = (TYPED_ARRAY_PROTO as { set: (this: unknown, src: ArrayLike<number>) => void }).set;
 
 /**
  * 'Float32Array', 'Int32Array', ... for a genuine typed array of any realm (subclasses included);
@@ -40,13 +42,9 @@ export function typedArrayByteOffset(x: ArrayBufferView): number {
  * (of the same element type), copied by the intrinsic `set` (which reads `src` by its internal
  * slots: no `length`, `slice` or species lookup).
  */
-export function copyTyped<A extends Float32Array | Uint16Array | Int32Array>(Ctor: { new(n: number): A; prototype: A }, src: ArrayBufferView): A {
-  const out = new Ctor(typedArrayLength(src));
-  Ctor.prototype.set.call(out, src as unknown as ArrayLike<number>);
+export function copyTyped<A extends Float32Array | Uint16Array | Int32Array>(Ctor: { new(n: number): A }, src: ArrayBufferView): A {
+  const n = typedArrayLength(src);  // (0 once the buffer is detached: nothing to copy)
+  const out = new Ctor(n);
+  if (n > 0) SET.call(out, src as unknown as ArrayLike<number>);
   return out;
-}
-
-/** Whether `x` is a plain typed array of this realm's `Ctor` whose `length` is not shadowed by an own property. */
-export function isPlainTyped(x: ArrayBufferView, Ctor: { prototype: object }): boolean {
-  return Object.getPrototypeOf(x) === Ctor.prototype && !Object.prototype.hasOwnProperty.call(x, 'length');
 }

@@ -8,6 +8,7 @@
 'use strict';
 const { Tensor, flashAttention, flashAttentionBackward, attentionFlops, synchronize } = require('..');
 const { native } = require('../dist/lib/native');
+const tensorJs = require('../dist/lib/tensor.js');
 
 const [dir, dtype, Ds, Ns, cz] = process.argv.slice(2);
 const D = Number(Ds), N = Number(Ns), causal = cz === '1';
@@ -17,7 +18,7 @@ const code = { float16: 1, bfloat16: 2 }[dtype];
 
 async function rand(shape, seed) {
   const t = await Tensor.empty(shape, { dtype, device: 'cuda' });
-  native.fillRandom(t.storage('probe', 'tensor').handle, code, seed);
+  native.fillRandom(tensorJs.storageOf(t, 'probe', 'tensor').handle, code, seed);
   return t;
 }
 

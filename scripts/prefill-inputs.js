@@ -4,12 +4,12 @@
 'use strict';
 const fa = require('../dist/lib/index.js');
 const { native } = require('../dist/lib/native.js');
-const { DTYPE_CODE } = require('../dist/lib/tensor.js');
+const { DTYPE_CODE, storageOf } = require('../dist/lib/tensor.js');
 
 /** An fp16 CUDA tensor of `shape`, filled with random normals from `seed`. */
 async function randomHalf(shape, seed) {
   const t = await fa.Tensor.empty(shape, { dtype: 'float16', device: 'cuda' });
-  native.fillRandom(t.storage('prefill-inputs', 'tensor').handle, DTYPE_CODE.float16, seed);
+  native.fillRandom(storageOf(t, 'prefill-inputs', 'tensor').handle, DTYPE_CODE.float16, seed);
   return t;
 }
 

@@ -23,6 +23,7 @@ const path = require('node:path');
 const readline = require('node:readline');
 const { Tensor, flashAttention, flashAttentionBackward, attentionFlops, synchronize } = require('..');
 const { native } = require('../dist/lib/native');
+const tensorJs = require('../dist/lib/tensor.js');
 
 const dirs = (process.env.TURNS_DIRS || 'fwd,bwd').split(',');
 const roundMs = Number(process.env.TURNS_MS || 100);
@@ -47,7 +48,7 @@ const median = (xs) => {
 
 async function rand(shape, dtype, seed) {
   const t = await Tensor.empty(shape, { dtype, device: 'cuda' });
-  native.fillRandom(t.storage('probe', 'tensor').handle, { float16: 1, bfloat16: 2 }[dtype], seed);
+  native.fillRandom(tensorJs.storageOf(t, 'probe', 'tensor').handle, { float16: 1, bfloat16: 2 }[dtype], seed);
   return t;
 }
 

@@ -79,19 +79,21 @@ const char* kSlotNames[] = {
 };
 
 // The fields and slots of one call.
+// A params field as an int. A value outside int's range (or NaN) reads as INT_MIN, which the core's
+// checks of sizes, counts and indices refuse (a cast would be undefined behaviour; the TypeScript
+// checks keep such values from coming here, this keeps the binding safe on its own).
+int FieldInt(const double* f, int i) {
+  const double v = f[i];
+  return v >= double(INT_MIN) && v <= double(INT_MAX) ? static_cast<int>(v) : INT_MIN;
+}
+
 struct Call {
   Napi::Env env;
   const double* f;
   Napi::Array slots;
   uint32_t nslots;
 
-  // A field as an int. A value outside int's range (or NaN) reads as INT_MIN, which every check of
-  // the core refuses (a cast would be undefined behaviour; the TypeScript checks keep such values
-  // from coming here, this keeps the binding safe on its own).
-  int I(Field i) const {
-    const double v = f[i];
-    return v >= double(INT_MIN) && v <= double(INT_MAX) ? static_cast<int>(v) : INT_MIN;
-  }
+  int I(Field i) const { return FieldInt(f, i); }
   double D(Field i) const { return f[i]; }
   Napi::Value S(Slot s) const {
     if (static_cast<uint32_t>(s) >= nslots) return env.Undefined();
@@ -121,7 +123,8 @@ struct Sizes {
   size_t q = 0, kv = 0, lse = 0, cu = 0, seq = 0, table = 0, cache = 0, rot = 0;
 };
 // Packed (varlen) and paged calls hold q / k as [total, heads, D]; dense ones as [B, N, heads, D].
-bool PackedRows(const Call& c, int op) { return c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged; }
+// appendKV's new keys are packed too ([total_new, Hkv, D], total_new in the total_k field).
+bool PackedRows(const Call& c, int op) { return c.Has(FA_S_cu_seqlens_q) || op == FA_OP_paged || op == FA_OP_append_kv; }
 // Query rows (per head) of a call.
 size_t QueryRows(const Call& c, int op) {
   return PackedRows(c, op) ? size_t(c.I(FA_F_total_q)) : size_t(c.I(FA_F_batch)) * c.I(FA_F_seqlen_q);
@@ -889,19 +892,20 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
   const double* f = pa.Data();
   if (!info[1].IsArray() || !info[2].IsArray()) throw Internal(env, "outs and lses must be arrays");
   Napi::Array outs = info[1].As<Napi::Array>(), lses = info[2].As<Napi::Array>();
-  const int n = static_cast<int>(f[FA_F_merge_count]);
+  const auto fi = [f](int i) { return FieldInt(f, i); };
+  const int n = fi(FA_F_merge_count);
   if (n < 1 || outs.Length() != uint32_t(n) || lses.Length() != uint32_t(n)) throw Internal(env, "merge count");
   fa_merge_params p{};
   p.num = n;
-  p.batch = static_cast<int>(f[FA_F_batch]);
-  p.seqlen = static_cast<int>(f[FA_F_seqlen_q]);
-  p.heads = static_cast<int>(f[FA_F_heads]);
-  p.head_dim = static_cast<int>(f[FA_F_head_dim]);
-  p.dtype = static_cast<fa_dtype>(static_cast<int>(f[FA_F_dtype]));
-  p.num_threads = static_cast<int>(f[FA_F_threads]);
-  const size_t rows = size_t(p.batch) * p.seqlen * p.heads;
-  const size_t obytes = rows * p.head_dim * ElemSize(p.dtype), lbytes = rows * 4;
-  const int device = static_cast<int>(f[FA_F_device]);
+  p.batch = fi(FA_F_batch);
+  p.seqlen = fi(FA_F_seqlen_q);
+  p.heads = fi(FA_F_heads);
+  p.head_dim = fi(FA_F_head_dim);
+  p.dtype = static_cast<fa_dtype>(fi(FA_F_dtype));
+  p.num_threads = fi(FA_F_threads);
+  const size_t obytes = SatMul({p.batch, p.seqlen, p.heads, p.head_dim, static_cast<long long>(ElemSize(p.dtype))});
+  const size_t lbytes = SatMul({p.batch, p.seqlen, p.heads, 4});
+  const int device = fi(FA_F_device);
   if (device < 0) {
     auto* w = new CpuWorker(env, "flash-attention-node:cpu");
     auto ptrs = std::make_shared<std::vector<const void*>>(2 * n);
@@ -928,7 +932,7 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
       p.lses = reinterpret_cast<const float* const*>(ptrs->data() + n);
       return fa_merge_cpu(&p);
     };
-    return CpuWorker::Start(w, double(n) * double(rows) * p.head_dim);
+    return CpuWorker::Start(w, double(n) * double(p.batch) * p.seqlen * p.heads * p.head_dim);
   }
 #ifdef FA_WITH_CUDA
   DeviceContext* ctx = DeviceContext::Get(env, device);

@@ -695,7 +695,9 @@ fa_status fwd_sequences(const char* fn, const fa_fwd_params* p, Geometry* g) {
   } else {
     if (p->cu_seqlens_k == nullptr)
       return fail(FA_ERR_INVALID, pre + "cu_seqlens_q needs cu_seqlens_k (packed K/V) or page_table (paged K/V)");
-    if ((st = check_cu(fn, "cu_seqlens_k", p->cu_seqlens_k, g->B, -1, "", &max_k)) != FA_OK) return st;
+    // cu_seqlens_k[batch] = total_k: k / v hold total_k rows, and no sequence reads past them
+    if (p->total_k < 0) return fail(FA_ERR_INVALID, pre + "total_k must be >= 0 (got " + std::to_string(p->total_k) + ")");
+    if ((st = check_cu(fn, "cu_seqlens_k", p->cu_seqlens_k, g->B, p->total_k, "total_k", &max_k)) != FA_OK) return st;
     g->cu_k = p->cu_seqlens_k;
   }
   g->cu_q = p->cu_seqlens_q;

@@ -1103,7 +1103,10 @@ fa_fwd_params x_fwd_params(const XData& x, XOut& out, int threads) {
     f.cu_seqlens_q = x.cu_q.data();
     f.total_q = (int)x.total_q();
   }
-  if (c.mode == PACKED) f.cu_seqlens_k = x.cu_k.data();
+  if (c.mode == PACKED) {
+    f.cu_seqlens_k = x.cu_k.data();
+    f.total_k = (int)x.total_k();
+  }
   if (c.mode == PAGED) {
     f.page_table = x.page_table.data();
     f.seqlens_k = x.seqlens_k.data();
@@ -1638,6 +1641,7 @@ struct XValid {
     f.cu_seqlens_q = cu_q.data();
     f.cu_seqlens_k = cu_k.data();
     f.total_q = 5;
+    f.total_k = 8;
     memset(&b, 0, sizeof b);
     b.dout = dout.data();
     b.q = q.data();
@@ -1699,6 +1703,8 @@ void check_x_validation() {
   fwd("negative total_q", [](XValid& t) { t.f.total_q = -1; });
   fwd("decreasing cu_seqlens_k", [](XValid& t) { t.cu_k[1] = 9; });
   fwd("cu_seqlens_k[0] != 0", [](XValid& t) { t.cu_k[0] = -1; });
+  fwd("cu_seqlens_k[batch] != total_k", [](XValid& t) { t.f.total_k = 7; });
+  fwd("negative total_k", [](XValid& t) { t.f.total_k = -8; });
   fwd("cu_seqlens_k without cu_seqlens_q", [](XValid& t) { t.f.cu_seqlens_q = nullptr; });
   fwd("cu_seqlens_q without cu_seqlens_k or page_table", [](XValid& t) { t.f.cu_seqlens_k = nullptr; });
   fwd("page_table and cu_seqlens_k together", [](XValid& t) {

@@ -11,7 +11,8 @@
 // - dimensions of 2^31 or more, also in an empty tensor, are refused (they reach the addon as int32);
 // - scale / softcap outside float32's range are refused (they became infinite, or 0: softcap off);
 // - window / options / index arrays / mergeAttention's arrays read once;
-// - synchronize() / emptyCache() with no argument on a machine without a CUDA device are 'cpu'.
+// - synchronize() / emptyCache() with no argument on a machine without a CUDA device are 'cpu';
+// - tensors are frozen, and their memory is not reachable through them (storage(), wrapHost()).
 import * as vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import {
@@ -139,6 +140,24 @@ describe('typed arrays in disguise', () => {
       if (saved === undefined) delete process.env.FA_CPU_INLINE;
       else process.env.FA_CPU_INLINE = saved;
     }
+  });
+});
+
+describe('tensors are closed objects', () => {
+  it('frozen: shape, dtype, size and device cannot be redefined (a getter would run caller code during a call)', () => {
+    const t = Tensor.from(new Float32Array(8), [1, 1, 1, 8]);
+    expect(Object.isFrozen(t)).toBe(true);
+    expect(() => Object.defineProperty(t, 'size', { get: () => 8 })).toThrow(TypeError);
+    expect(() => { (t as { shape: readonly number[] }).shape = [8]; }).toThrow(TypeError);
+    t.dispose();
+    expect(t.disposed).toBe(true);
+  });
+  it('the memory of a tensor is not handed out, and tensors on caller memory cannot be made', () => {
+    const t = Tensor.from(new Float32Array(8), [8]);
+    expect('storage' in t).toBe(false);
+    expect('wrapHost' in Tensor).toBe(false);
+    expect('wrapDevice' in Tensor).toBe(false);
+    t.dispose();
   });
 });
 
