@@ -6,9 +6,15 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (forty-eighth session): `HB=new3 YEND=500 bash bench/patches/device-calls.sh hp` on the H200 (the whole fwd +
-# bwd grid against cuDNN in one run, as issue 12 reads it; carry [".gpu", "dist", ".devbin/new3"]). new3 is still the
-# native build of HEAD (no kernel change since 8c9bfdf).
+# NEXT (forty-ninth session): `HB=new4 ST=300 bash bench/patches/device-calls.sh gt` (the GPU suite on cef3f2c's
+# TypeScript and binding: inputs read once, frozen tensors, the storage accessor moved; .devbin/new4 = cef3f2c's 90a
+# build, all head dims; carry [".gpu", "dist", ".devbin/new4"]), then `HB=new4 YEND=330 ... pt` (page 1 against page 16
+# in turns, issue 11's benches), then `HB=new4 YEND=500 ... hp` on the H200 (the forty-eighth session's hp ran on an
+# H100). Rebuild .devbin/new4 where a checkout lacks it: `FA_CUDA_ARCHS=90a npm run build:native`, strip + xz -9
+# build/Release/flash_attention_node.node into .devbin/new4/addon.xz.
+#
+# Forty-eighth session: hp ran on an H100 (forward 36 / 72, backward 42 / 72, deterministic 1.01-1.23x; RESULTS.md);
+# every later request for a machine was refused (gt and pt prepared, not run).
 #
 # Forty-seventh session (all on the H200; RESULTS.md): tb (D 64 / 256 backward turns: 38 / 48 >= cuDNN; with g's D 128,
 # 59 / 72), rp (the forward's predicated release: neutral, 0.989-1.012; its patch is gone: git show c23c17d:bench/patches/fwd-release-pred.patch),
