@@ -53,7 +53,7 @@ for s in $steps; do
       heavy="test/cuda/tensor.test.ts test/cuda/stream.test.ts"
       excl=""; for f in $heavy; do excl="$excl --exclude $f"; done
       FA_REQUIRE_GPU=1 timeout ${TEST_TIMEOUT:-420} npx vitest run test/cuda $excl > "$OUT/gpu-tests.log" 2>&1 || rc=1
-      FA_REQUIRE_GPU=1 timeout 240 npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
+      FA_REQUIRE_GPU=1 timeout ${HEAVY_TIMEOUT:-240} npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
       grep -E "Test Files|Tests  |emptyCache released" "$OUT/gpu-tests.log"
       grep -E "^ +(FAIL|×)|AssertionError|Error: " "$OUT/gpu-tests.log" | head -40 ;;
     tests-san)
@@ -67,7 +67,7 @@ for s in $steps; do
       echo "parallel files done $(el)"
       wait $san
       grep -E "exit|ok=false|Error" "$OUT/sanitize-step.log" | head -8
-      FA_REQUIRE_GPU=1 timeout 240 npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
+      FA_REQUIRE_GPU=1 timeout ${HEAVY_TIMEOUT:-240} npx vitest run $heavy --no-file-parallelism >> "$OUT/gpu-tests.log" 2>&1 || rc=1
       grep -E "Test Files|Tests  |emptyCache released" "$OUT/gpu-tests.log"
       grep -E "^ +(FAIL|×)|AssertionError|Error: " "$OUT/gpu-tests.log" | head -40 ;;
     index-stream)
