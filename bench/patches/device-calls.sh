@@ -147,6 +147,19 @@ case "${1:-w}" in
       > "$OUT/q/tests-dqtail.log" 2>&1
     log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
     cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
+  gr)
+    # forty-eighth session, with little device time left: the GPU test files that exercise what cef3f2c changed (the
+    # Tensor API, stream order, workers, index arrays, faults, small random shapes), then tensor / stream alone
+    HB=${HB:-new4}; use_addon $HB
+    mkdir -p "$OUT/gr"
+    FA_REQUIRE_GPU=1 timeout ${ST:-200} npx vitest run test/cuda/workers.test.ts test/cuda/fault.test.ts \
+      test/cuda/concurrency.test.ts test/cuda/index-arrays.test.ts test/cuda/index-staged.test.ts test/cuda/index-stream.test.ts \
+      test/cuda/fresh.test.ts test/cuda/fresh-varlen.test.ts test/cuda/forward.test.ts > "$OUT/gr/gpu-tests.log" 2>&1
+    log "files rc=$? $(grep -aE 'Tests  ' "$OUT/gr/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    FA_REQUIRE_GPU=1 timeout ${HEAVY_TIMEOUT:-150} npx vitest run test/cuda/tensor.test.ts test/cuda/stream.test.ts \
+      --no-file-parallelism > "$OUT/gr/gpu-tests-heavy.log" 2>&1
+    log "tensor / stream rc=$? $(grep -aE 'Tests  ' "$OUT/gr/gpu-tests-heavy.log" | tr -d '\033' | tr '\n' ' ')"
+    cp "$OUT/calls.log" "$OUT/gr/"; tar -C "$OUT" -cJf "$OUT/gr.tar.xz" gr && rm -rf "$OUT/gr" ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
     # forty-sixth session) on this tree's TypeScript (dbb82d6's CPU-order plan is in every upload and read-back)
