@@ -6,7 +6,7 @@
 import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
 import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, ownSlot, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -318,13 +318,11 @@ function writtenSlots(op: number): number[] {
 /** runCall with the slot array already made (slotArray, or indexed by S and slot_count set). */
 export function runSlots(fn: string, op: number, P: Float64Array, device: number, arr: SlotValue[]): Handle[] | Promise<Handle[]> {
   if (device < 0) {
-    // (behind earlier CPU calls on the same tensors: the shared params record and the caller's index
-    // arrays are copied now)
+    // (behind earlier CPU calls on the same tensors: the shared params record is copied now; the
+    // index arrays in the slots are already the call's own copies, made by checkIndex)
     const plan = cpuPlan(arr, writtenSlots(op).map((i) => arr[i]));
-    const queued = plan.deps.length > 0;
-    const Pc = queued ? P.slice() : P;
-    const ac = queued ? arr.map(ownSlot) : arr;
-    return inCpuOrder(plan, () => callNativeAsync(fn, () => native.call(op, Pc, ac) as Promise<void>)).then(() => []);
+    const Pc = plan.deps.length > 0 ? P.slice() : P;
+    return inCpuOrder(plan, () => callNativeAsync(fn, () => native.call(op, Pc, arr) as Promise<void>)).then(() => []);
   }
   // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
   return callNative(fn, () => native.call(op, P, arr) as Handle[]);

@@ -387,11 +387,6 @@ export async function cpuCallsDone(): Promise<void> {
   if (cpuAll.size > 0) await Promise.allSettled([...cpuAll]);
 }
 
-/** A slot value as a call queued behind others must hold it: a caller's Int32Array copied (lib/typed.ts). */
-export function ownSlot<T>(v: T): T {
-  return (typedArrayKind(v) === 'Int32Array' ? copyTyped(Int32Array, v as unknown as ArrayBufferView) : v) as T;
-}
-
 /** Like callNative for a call that may return a Promise. */
 export async function callNativeAsync<T>(fn: string, f: () => T | Promise<T>): Promise<T> {
   try {
