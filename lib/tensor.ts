@@ -207,7 +207,6 @@ export class Tensor {
     return new Tensor(INTERNAL, { kind: 'device', index: dev, handle }, dims, dtype);
   }
 
-
   /**
    * @internal Whether `x` was made by this class (a brand check: an object that merely has
    * Tensor.prototype, Object.create(Tensor.prototype), is not one).

@@ -145,13 +145,12 @@ Sizes SizesOf(const Call& c, int op) {
   Sizes s;
   const long long es = static_cast<long long>(ElemSize(c.I(FA_F_dtype)));
   const long long B = c.I(FA_F_batch), H = c.I(FA_F_heads), Hkv = c.I(FA_F_heads_k), D = c.I(FA_F_head_dim);
+  // rows per head: packed / paged calls give totals, dense ones batch x length
   const bool packed = PackedRows(c, op);
-  const size_t q_rows = packed ? SatMul({c.I(FA_F_total_q)}) : SatMul({B, c.I(FA_F_seqlen_q)});
-  const size_t key_rows = packed ? SatMul({c.I(FA_F_total_k)}) : SatMul({B, c.I(FA_F_seqlen_k)});
-  const auto rows = [](size_t r) { return r > size_t(LLONG_MAX) ? -1LL : static_cast<long long>(r); };
-  s.q = SatMul({rows(q_rows), H, D, es});
-  s.kv = SatMul({rows(key_rows), Hkv, D, es});
-  s.lse = SatMul({H, rows(q_rows), 4});
+  const long long tq = c.I(FA_F_total_q), tk = c.I(FA_F_total_k), nq = c.I(FA_F_seqlen_q), nk = c.I(FA_F_seqlen_k);
+  s.q = packed ? SatMul({tq, H, D, es}) : SatMul({B, nq, H, D, es});
+  s.kv = packed ? SatMul({tk, Hkv, D, es}) : SatMul({B, nk, Hkv, D, es});
+  s.lse = packed ? SatMul({H, tq, 4}) : SatMul({H, B, nq, 4});
   s.cu = B < 0 ? SIZE_MAX : SatMul({B + 1, 4});
   s.seq = SatMul({B, 4});
   s.table = SatMul({B, c.I(FA_F_max_pages), 4});
