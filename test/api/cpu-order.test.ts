@@ -68,23 +68,26 @@ describe('CPU calls in call order', () => {
     const kc = await Tensor.zeros([pages, page, Hkv, D]), vc = await Tensor.zeros([pages, page, Hkv, D]);
     const fill = { pageTable: table, cuSeqlensNew: Int32Array.from([0, T]), seqlensBefore: Int32Array.from([0]) };
     await appendKV(kc, vc, tensor([T, Hkv, D], 60), tensor([T, Hkv, D], 61), fill);
-    // a prefill chunk of 512 queries (on a worker), a decode step (one query: on this thread), then
-    // 16 more tokens appended and a decode step over them
+    // a prefill chunk of 512 queries (on a worker); a decode step of one query over the first 100
+    // tokens (a page table of 8 pages: little enough work to run on this thread, so it settles
+    // before the prefill can, unless it waited for it); then 16 more tokens appended and a decode
+    // step over all of them (on a worker)
     const qp = tensor([512, H, D], 62), qd = tensor([1, H, D], 63);
     const kn = tensor([16, Hkv, D], 64), vn = tensor([16, Hkv, D], 65);
     const prefill = { pageTable: table, seqlensK: Int32Array.from([T]), cuSeqlensQ: Int32Array.from([0, 512]), causal: true };
     const decode = (n: number) => ({ pageTable: table, seqlensK: Int32Array.from([n]), cuSeqlensQ: Int32Array.from([0, 1]) });
+    const short = { pageTable: table.slice(0, 8), seqlensK: Int32Array.from([100]), cuSeqlensQ: Int32Array.from([0, 1]) };
     const more = { pageTable: table, cuSeqlensNew: Int32Array.from([0, 16]), seqlensBefore: Int32Array.from([T]) };
     // awaited one by one
     const refP = await pagedAttention(qp, kc, vc, prefill);
-    const refD = await pagedAttention(qd, kc, vc, decode(T));
+    const refD = await pagedAttention(qd, kc, vc, short);
     const kc2 = await kc.to('cpu'), vc2 = await vc.to('cpu');
     await appendKV(kc2, vc2, kn, vn, more);
     const refAfter = await pagedAttention(qd, kc2, vc2, decode(T + 16));
     // not awaited
     const order: string[] = [];
     const p = pagedAttention(qp, kc, vc, prefill).then((r) => { order.push('prefill'); return r; });
-    const d = pagedAttention(qd, kc, vc, decode(T)).then((r) => { order.push('decode'); return r; });
+    const d = pagedAttention(qd, kc, vc, short).then((r) => { order.push('decode'); return r; });
     const a = appendKV(kc, vc, kn, vn, more).then(() => order.push('append'));
     const d2 = pagedAttention(qd, kc, vc, decode(T + 16)).then((r) => { order.push('decode2'); return r; });
     const [rp, rd, , rd2] = await Promise.all([p, d, a, d2]);
