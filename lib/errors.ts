@@ -4,6 +4,15 @@ import { types } from 'node:util';
 import { typedArrayKind, typedArrayLength } from './typed';
 
 /** A short, readable rendering of any value for error messages (never throws). */
+// Every copy of the library loaded in a process (two installs, a cleared require cache) has its own
+// Tensor class, and each refuses the others' tensors. Their prototypes all carry this brand, so
+// that the refusal can say where the tensor came from; tensor.ts tells another copy's from its own.
+export const TENSOR_BRAND = Symbol.for('flash-attention-node.Tensor');
+let foreignTensor: (x: object) => boolean = () => false;
+export function setForeignTensorTest(test: (x: object) => boolean): void {
+  foreignTensor = test;
+}
+
 export function describe(value: unknown): string {
   try {
     return describeValue(value);
@@ -24,6 +33,9 @@ function describeValue(value: unknown): string {
     return `[${items.join(', ')}${value.length > 8 ? ', …' : ''}]`;
   }
   if (types.isProxy(value)) return 'a Proxy';
+  if (typeof value === 'object' && TENSOR_BRAND in value && foreignTensor(value)) {
+    return 'a Tensor of another copy of flash-attention-node (each copy loaded has its own Tensor class: load the library once)';
+  }
   const kind = typedArrayKind(value);
   if (kind !== undefined) {
     // the array's own kind (with a subclass's name beside it), and whether it is another realm's

@@ -1,5 +1,6 @@
 // flash-attention-node: FlashAttention forward and backward for Node.js.
 import { native } from './native';
+import { describe } from './errors';
 import { callNative, callNativeAsync, cpuCallsDone, parseDevice, type Device } from './tensor';
 
 export { Tensor, type DType, type Device } from './tensor';
@@ -69,10 +70,20 @@ export async function synchronize(device?: Device): Promise<void> {
   await callNativeAsync(fn, () => native.synchronize(d));
 }
 
+// memoryStats / resetPeakMemoryStats: a CUDA device's pool; without one there is nothing to report
+// (the CPU backend keeps no pool of tensors).
+function statsDevice(fn: string, device: unknown): number {
+  if (!hasCuda() && (device === undefined || typeof device === 'string')) {
+    throw new RangeError(`${fn}: device must be a CUDA device ('cuda' or 'cuda:N'; the CPU backend keeps no memory pool), ` +
+      `and this process has none, got ${device === undefined ? "undefined (the default, 'cuda')" : describe(device)}`);
+  }
+  return cudaIndex(fn, device);
+}
+
 /** The library's device memory figures for a CUDA device (default 'cuda'). */
 export function memoryStats(device?: Device): MemoryStats {
   const fn = 'memoryStats';
-  const d = cudaIndex(fn, device);
+  const d = statsDevice(fn, device);
   const s = callNative(fn, () => native.memoryStats(d));
   return { allocated: s.allocated, reserved: s.reserved, peakAllocated: s.peakAllocated, free: s.free, total: s.total };
 }
@@ -80,7 +91,7 @@ export function memoryStats(device?: Device): MemoryStats {
 /** Starts a new peak for memoryStats().peakAllocated. */
 export function resetPeakMemoryStats(device?: Device): void {
   const fn = 'resetPeakMemoryStats';
-  const d = cudaIndex(fn, device);
+  const d = statsDevice(fn, device);
   callNative(fn, () => native.resetPeakMemoryStats(d));
 }
 

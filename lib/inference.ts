@@ -95,7 +95,15 @@ interface Index {
   length: number;
 }
 
-function checkIndex(fn: string, name: string, v: unknown, device: number, length?: number): Index {
+const ONE_DIM = { dims: [1], doc: 'one-dimensional' } as const;
+const TABLE_DIMS = { dims: [1, 2], doc: '[B, maxPagesPerSeq] (or flat, [B * maxPagesPerSeq])' } as const;
+
+/**
+ * An index array: an Int32Array (the call's own copy) or an int32 Tensor of `dims` dimensions
+ * (`shape` says which; pageTable takes [B, maxPages] or the flat [B * maxPages] of an Int32Array).
+ */
+function checkIndex(fn: string, name: string, v: unknown, device: number, length?: number,
+  shape: { dims: readonly number[]; doc: string } = ONE_DIM): Index {
   let host: Int32Array | null = null;
   let len: number;
   let slot: Handle | Int32Array;
@@ -110,6 +118,7 @@ function checkIndex(fn: string, name: string, v: unknown, device: number, length
   } else if (Tensor.isTensor(v)) {
     if (v.disposed) throw new TypeError(`${fn}: ${name} is disposed, got a disposed Tensor`);
     if (v.dtype !== 'int32') throw typeError(fn, `${name}.dtype`, `must be 'int32'`, v.dtype);
+    if (!shape.dims.includes(v.shape.length)) throw rangeError(fn, `${name}.shape`, `must be ${shape.doc}`, `[${v.shape.join(', ')}]`, true);
     len = v.size;
     const s = storageOf(v, fn, name);
     if (s.kind === 'host') {
@@ -404,7 +413,7 @@ function checkCaches(fn: string, kc: unknown, vc: unknown) {
 
 /** Page table [B, maxPages] (an Int32Array of B * maxPages entries, row-major). */
 function checkPageTable(fn: string, v: unknown, device: number, B: number) {
-  const idx = checkIndex(fn, 'options.pageTable', v, device);
+  const idx = checkIndex(fn, 'options.pageTable', v, device, undefined, TABLE_DIMS);
   let maxPages: number;
   if (v instanceof Tensor && v.shape.length === 2) {
     if (v.shape[0] !== B) throw rangeError(fn, 'options.pageTable.shape[0]', `must equal the batch size ${B}`, v.shape[0]);
@@ -426,6 +435,75 @@ function checkPages(fn: string, table: Int32Array, b: number, maxPages: number, 
     const pg = table[b * maxPages + j];
     if (!(pg >= 0 && pg < numPages)) {
       throw rangeError(fn, `options.pageTable[${b}][${j}]`, `must be a page index in [0, ${numPages}) (sequence ${b} uses ${last} pages)`, pg);
+    }
+  }
+}
+
+// checkWrittenRows' hash table of pages, kept from call to call (a slot is in use when its mark is
+// the call's stamp, so nothing is cleared between calls and nothing allocated once it is large
+// enough), and its row ranges: five numbers a range (b, j, first row, end row, the index of the
+// same page's previous range or -1).
+let slotMark = new Int32Array(0), slotPage = new Int32Array(0), slotNewest = new Int32Array(0), rowRanges = new Int32Array(0);
+let rowsStamp = 0;
+
+/**
+ * No cache row is written twice in one appendKV call. Two sequences whose tables share a page
+ * where both write, or one sequence whose table repeats a page under its new tokens, would leave in
+ * the row whichever write came last (on the GPU, an order that changes from run to run). The new
+ * tokens of sequence b occupy positions [seqlensBefore[b], seqlensBefore[b] + n_b), so they write
+ * one range of rows in each page they land in: at most 2 B + totalNew / pageSize ranges, found by
+ * page in a hash table at most half full (Fibonacci hashing: the product's high bits, so that
+ * pages a fixed stride apart spread; linear probing). A decode step of 64 sequences costs < 1 us.
+ */
+function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageSize: number, before: Int32Array,
+  cu: Int32Array): void {
+  const B = cu.length - 1;
+  const most = 2 * B + Math.ceil((cu[B] - cu[0]) / pageSize);
+  let bits = 4;
+  while (1 << bits < 2 * most) bits++;
+  const size = 1 << bits;
+  if (slotMark.length < size) {
+    slotMark = new Int32Array(size);
+    slotPage = new Int32Array(size);
+    slotNewest = new Int32Array(size);
+    rowsStamp = 0;
+  }
+  if (rowRanges.length < 5 * most) rowRanges = new Int32Array(5 * most);
+  if (++rowsStamp === 2 ** 31 - 1) {
+    slotMark.fill(0);
+    rowsStamp = 1;
+  }
+  const ranges = rowRanges;
+  let n = 0;
+  for (let b = 0; b < B; b++) {
+    const start = before[b], end = start + cu[b + 1] - cu[b];
+    if (end === start) continue;
+    for (let j = Math.floor(start / pageSize); j * pageSize < end; j++) {
+      const pg = table[b * maxPages + j];
+      const lo = Math.max(start - j * pageSize, 0), hi = Math.min(end - j * pageSize, pageSize);
+      let slot = Math.imul(pg, 0x9e3779b1) >>> (32 - bits);
+      while (slotMark[slot] === rowsStamp && slotPage[slot] !== pg) slot = (slot + 1) & (size - 1);
+      let prev = -1;
+      if (slotMark[slot] === rowsStamp) {
+        for (let r = slotNewest[slot]; r >= 0; r = ranges[r + 4]) {
+          if (lo < ranges[r + 3] && ranges[r + 2] < hi) {
+            const b2 = ranges[r], j2 = ranges[r + 1], row = Math.max(lo, ranges[r + 2]);
+            const whose = b2 === b ? `this sequence's pageTable[${b}][${j2}]` : `sequence ${b2}'s pageTable[${b2}][${j2}]`;
+            throw rangeError(fn, `options.pageTable[${b}][${j}]`,
+              `must not name a page whose rows another new token writes too (row ${row} of page ${pg} is also written through ${whose})`, pg);
+          }
+        }
+        prev = slotNewest[slot];
+      }
+      slotMark[slot] = rowsStamp;
+      slotPage[slot] = pg;
+      slotNewest[slot] = n;
+      ranges[n] = b;
+      ranges[n + 1] = j;
+      ranges[n + 2] = lo;
+      ranges[n + 3] = hi;
+      ranges[n + 4] = prev;
+      n += 5;
     }
   }
 }
@@ -483,6 +561,7 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
         }
       }
     }
+    checkWrittenRows(fn, pt.idx.host, pt.maxPages, c.pageSize, sb.host, cn.host);
   }
   if (totalNew === 0 || B === 0) return;
   const P = baseParams(device, B, 0, c.Hkv, c.D, c.tk.dtype, null);

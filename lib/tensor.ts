@@ -3,7 +3,7 @@
 // CUDA tensors are stream-ordered (see the README): a device call queues its work on the device's
 // stream and its Promise settles at once; reading to the host waits for the work that produced the
 // tensor; dispose() frees the memory in stream order, so it is safe while queued work still reads it.
-import { checkOptions, describe, rangeError, typeError } from './errors';
+import { TENSOR_BRAND, checkOptions, describe, rangeError, setForeignTensorTest, typeError } from './errors';
 import { native, type Handle, type HostArray } from './native';
 import { copyTyped, typedArrayBuffer, typedArrayByteOffset, typedArrayKind, typedArrayLength } from './typed';
 
@@ -223,6 +223,8 @@ export class Tensor {
   // of the public object (a caller holding the memory of its tensor could detach or resize it while a
   // call reads it).
   static {
+    Object.defineProperty(Tensor.prototype, TENSOR_BRAND, { value: true });
+    setForeignTensorTest((x) => !(x instanceof Tensor));  // (an object made from this prototype is not another copy's)
     readStorage = (t, fn, arg) => {
       if (t.#storage === null) throw new TypeError(`${fn}: ${arg} is disposed, got a disposed Tensor`);
       return t.#storage;

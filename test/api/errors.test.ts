@@ -5,8 +5,8 @@
 // with the function name, names the argument, and contains the given value (regexes are tolerant
 // of the wording in between). The last block throws dozens of malformed calls at every entry point
 // and only asks for clean errors: the process must never crash.
-import { describe, expect, it } from 'vitest';
-import { Tensor, buildInfo, devices, flashAttention, flashAttentionBackward } from '../../lib/index';
+import { describe, expect, it, vi } from 'vitest';
+import { Tensor, buildInfo, devices, flashAttention, flashAttentionBackward, memoryStats, resetPeakMemoryStats } from '../../lib/index';
 import { Rng, defaultScale, disposeAll, hasGpu, randomTensor, refForward, relL2, toF64 } from '../helpers/reference';
 
 type ErrClass = typeof TypeError | typeof RangeError;
@@ -450,6 +450,15 @@ describe('Tensor.zeros and Tensor.to errors (rejected Promises)', () => {
     }
   });
 
+  it.skipIf(hasGpu())('without a CUDA device, memoryStats / resetPeakMemoryStats say that there is none, with or without a device', () => {
+    for (const f of [memoryStats, resetPeakMemoryStats]) {
+      for (const [device, given] of [[undefined, "undefined \\(the default, 'cuda'\\)"], ['cpu', "'cpu'"], ['cuda', "'cuda'"], ['cuda:1', "'cuda:1'"]]) {
+        const why = new RegExp(`must be a CUDA device .*, and this process has none, got ${given}$`);
+        expectThrows(() => f(device as never), { cls: RangeError, fn: f.name, arg: 'device', given: why }, `${f.name}(${String(device)})`);
+      }
+    }
+  });
+
   it.skipIf(hasGpu())('without a CUDA device, cuda / cuda:0 are rejected (RangeError naming device), not crashed on', async () => {
     for (const device of ['cuda', 'cuda:0', 'cuda:1']) {
       await expectRejects(() => Tensor.zeros([2], { device } as never), { cls: RangeError, fn: Z, arg: 'device', given: device }, `zeros ${device}`);
@@ -556,6 +565,25 @@ const BAD_SHAPES: Array<[string, () => unknown]> = [
   ['[2^31, 2^31, 2^31, 2^31]', () => [2 ** 31, 2 ** 31, 2 ** 31, 2 ** 31]],
   ['[65536, 65536, 65536]', () => [65536, 65536, 65536]],
 ];
+
+describe('a Tensor of another copy of the library', () => {
+  it('is refused with a TypeError that says where it came from; each copy takes its own tensors', async () => {
+    vi.resetModules();  // a second copy of lib/ (its own Tensor class), as a second install would load
+    const other = await import('../../lib/index');
+    expect(other.Tensor).not.toBe(Tensor);
+    const data = Float32Array.from({ length: 2 * 3 * 2 * 8 }, (_, i) => Math.sin(i));
+    const mine = Tensor.from(data, [2, 3, 2, 8]), theirs = other.Tensor.from(data, [2, 3, 2, 8]);
+    const given = /got a Tensor of another copy of flash-attention-node \(each copy loaded has its own Tensor class: load the library once\)$/;
+    await expectRejects(() => flashAttention(theirs as never, mine, mine), { cls: TypeError, fn: 'flashAttention', arg: 'q', given }, 'q from the other copy');
+    await expectRejects(() => other.flashAttention(theirs, mine as never, theirs), { cls: TypeError, fn: 'flashAttention', arg: 'k', given }, 'k from this copy');
+    // a plain Tensor of this copy where a Tensor is not expected is still just 'a Tensor'
+    await expectRejects(() => flashAttention(mine, mine, mine, { scale: mine as never }), { cls: TypeError, fn: 'flashAttention', arg: 'options.scale', given: /got a Tensor$/ }, 'scale');
+    const a = await flashAttention(mine, mine, mine), b = await other.flashAttention(theirs, theirs, theirs);
+    expect(Array.from(await a.out.toTypedArray())).toEqual(Array.from(await b.out.toTypedArray()));
+    disposeAll(mine, a.out, a.lse);
+    theirs.dispose(); b.out.dispose(); b.lse.dispose();
+  });
+});
 
 describe('fuzz: malformed calls never crash the process', () => {
   it('every entry point answers dozens of malformed calls with clean TypeError/RangeError', async () => {

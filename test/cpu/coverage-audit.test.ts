@@ -449,6 +449,9 @@ describe('CPU audit errors: appendKV (host-checked index arrays; nothing written
       [{ pageTable: Tensor.from(new Float32Array(6), [2, 3]) }, TypeError, 'options.pageTable.dtype', 'float32'],
       [{ pageTable: Int32Array.from([5, 1, 3, 0, 2]) }, RangeError, 'options.pageTable.length', num(5)],
       [{ pageTable: i32([5, 1, 3, 0, 2, 4, 1, 1, 1], [3, 3]) }, RangeError, 'options.pageTable.shape[0]', num(3)],
+      [{ pageTable: i32([5, 1, 3, 0, 2, 4], [1, 2, 3]) }, RangeError, 'options.pageTable.shape', /\[B, maxPagesPerSeq\].*got \[1, 2, 3\]$/],
+      [{ cuSeqlensNew: i32([0, 1, 3], [1, 3]) }, RangeError, 'options.cuSeqlensNew.shape', /one-dimensional, got \[1, 3\]$/],
+      [{ seqlensBefore: i32([9, 5], [2, 1]) }, RangeError, 'options.seqlensBefore.shape', /got \[2, 1\]$/],
       [{ cuSeqlensNew: Int32Array.from([0, 2, 1]) }, RangeError, 'options.cuSeqlensNew[2]', num(1)],
       [{ cuSeqlensNew: Int32Array.from([1, 2, 3]) }, RangeError, 'options.cuSeqlensNew[0]', num(1)],
       [{ cuSeqlensNew: Int32Array.from([0, 1, 2]) }, RangeError, 'options.cuSeqlensNew[2]', num(2)],
@@ -503,6 +506,82 @@ describe('CPU audit errors: appendKV (host-checked index arrays; nothing written
     const want = (t: number, page: number, slot: number) => kNew.subarray(t * row, (t + 1) * row).every((x, i) => x === kGot[(page * 4 + slot) * row + i]);
     expect([want(0, 3, 1), want(1, 2, 1), want(2, 2, 2)]).toEqual([true, true, true]);
     disposeAll(s.kc, s.vc, s.q, s.k, s.v, s.cos, s.sin);
+  });
+
+  it('a cache row written twice in one call: RangeError naming the later entry, nothing written; shared pages that one side reads are fine', async () => {
+    const s = pagedSetup();
+    const kb = await rawBytes(s.kc), vb = await rawBytes(s.vc);
+    const k5 = f32([5, 2, 8], 16), v5 = f32([5, 2, 8], 17);
+    // the message names the row, the page and the other entry, then the given page index
+    const rejected: Array<[Int32Array, Int32Array, Int32Array, Tensor, Tensor, string, RegExp]> = [
+      // sequences 0 and 1 both write row 1 of page 5 (their page 0)
+      [Int32Array.from([5, 1, 3, 5, 2, 4]), Int32Array.from([0, 1, 3]), Int32Array.from([1, 1]), s.k, s.v,
+        'options.pageTable[1][0]', /row 1 of page 5 is also written through sequence 0's pageTable\[0\]\[0\]\), got 5$/],
+      // sequence 1's five new tokens fill its page 0 and start its page 1: the same page 4
+      [Int32Array.from([5, 1, 3, 4, 4, 0]), Int32Array.from([0, 0, 5]), Int32Array.from([0, 0]), k5, v5,
+        'options.pageTable[1][1]', /row 0 of page 4 is also written through this sequence's pageTable\[1\]\[0\]\), got 4$/],
+    ];
+    for (const [table, cuSeqlensNew, seqlensBefore, k, v, arg, why] of rejected) {
+      for (const pageTable of [table, Tensor.from(table, [2, 3])]) {
+        await expectRejects(() => appendKV(s.kc, s.vc, k, v, { pageTable, cuSeqlensNew, seqlensBefore }), RangeError, FN, arg, why);
+      }
+    }
+    expect(bytesEqual(await rawBytes(s.kc), kb), 'kCache changed by rejected calls').toBe(true);
+    expect(bytesEqual(await rawBytes(s.vc), vb), 'vCache changed by rejected calls').toBe(true);
+    const kNew = await toF64(s.k), row = 2 * 8;
+    const holds = async (t: number, page: number, slot: number) => {
+      const got = await toF64(s.kc);
+      return kNew.subarray(t * row, (t + 1) * row).every((x, i) => x === got[(page * 4 + slot) * row + i]);
+    };
+    // a shared prefix page (5) that neither sequence writes into
+    await appendKV(s.kc, s.vc, s.k, s.v, { pageTable: Int32Array.from([5, 1, 3, 5, 2, 4]), cuSeqlensNew: Int32Array.from([0, 1, 3]), seqlensBefore: Int32Array.from([9, 5]) });
+    expect([await holds(0, 3, 1), await holds(1, 2, 1), await holds(2, 2, 2)]).toEqual([true, true, true]);
+    // one page whose rows the two sequences share out: row 0 for sequence 0, rows 1-2 for sequence 1
+    await appendKV(s.kc, s.vc, s.k, s.v, { pageTable: Int32Array.from([0, 1, 3, 0, 2, 4]), cuSeqlensNew: Int32Array.from([0, 1, 3]), seqlensBefore: Int32Array.from([0, 1]) });
+    expect([await holds(0, 0, 0), await holds(1, 0, 1), await holds(2, 0, 2)]).toEqual([true, true, true]);
+    disposeAll(s.kc, s.vc, s.q, s.k, s.v, s.cos, s.sin, k5, v5);
+  });
+
+  it('random page tables with repeated pages: refused exactly when two new tokens land on one cache row, else every token in its row', async () => {
+    const rng = new Rng(90210);
+    let refused = 0, accepted = 0;
+    for (let c = 0; c < 300; c++) {
+      const P = rng.int(1, 5), numPages = rng.int(1, 8), B = rng.int(1, 4), maxPages = rng.int(1, 4);
+      const table = Int32Array.from({ length: B * maxPages }, () => rng.int(0, numPages - 1));
+      const before = new Int32Array(B), cu = new Int32Array(B + 1);
+      for (let b = 0; b < B; b++) {
+        before[b] = rng.int(0, maxPages * P);
+        cu[b + 1] = cu[b] + rng.int(0, Math.min(maxPages * P - before[b], 2 * P));
+      }
+      // the rows the new tokens land in (page * P + slot), in order, and whether one repeats
+      const rows: number[] = [];
+      for (let b = 0; b < B; b++) {
+        for (let t = before[b]; t < before[b] + cu[b + 1] - cu[b]; t++) rows.push(table[b * maxPages + Math.floor(t / P)] * P + (t % P));
+      }
+      const twice = new Set(rows).size < rows.length;
+      const kc = await Tensor.zeros([numPages, P, 1, 8]), vc = await Tensor.zeros([numPages, P, 1, 8]);
+      const k = f32([rows.length, 1, 8], 100 + c), v = f32([rows.length, 1, 8], 400 + c);
+      const call = appendKV(kc, vc, k, v, { pageTable: table, cuSeqlensNew: cu, seqlensBefore: before });
+      const label = `P ${P} pages ${numPages} table [${table}] before [${before}] cu [${cu}]`;
+      if (twice) {
+        await expect(call, label).rejects.toThrow(/^appendKV: options\.pageTable\[\d\]\[\d\] must not name a page whose rows another new token writes too/);
+        expect((await toF64(kc)).every((x) => x === 0), `${label}: kCache written by a refused call`).toBe(true);
+        refused++;
+      } else {
+        await call;
+        const kNew = await toF64(k), vNew = await toF64(v), kGot = await toF64(kc), vGot = await toF64(vc);
+        rows.forEach((r, i) => {
+          for (let d = 0; d < 8; d++) {
+            expect(kGot[r * 8 + d], `${label}: token ${i} k`).toBe(kNew[i * 8 + d]);
+            expect(vGot[r * 8 + d], `${label}: token ${i} v`).toBe(vNew[i * 8 + d]);
+          }
+        });
+        accepted++;
+      }
+      disposeAll(kc, vc, k, v);
+    }
+    // both outcomes well represented
+    expect(Math.min(refused, accepted)).toBeGreaterThan(50);
   });
 });
 
