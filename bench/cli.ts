@@ -12,17 +12,7 @@
 // rounds of at least --api-ms, the table's torch columns) and also per call in a burst from an idle
 // GPU ("(burst)", the boost clock; --torch-burst-only times only that, the protocol before 2026-12-02).
 //
-//   npm run bench -- [--dtype fp16,bf16] [--hdim 64,128,256] [--causal both|on|off]
-//                    [--seqlen 512,1024,...] [--dir fwd,bwd] [--compare torch] [--reps 30]
-//                    [--warmup 5] [--api-ms 150] [--out bench/out] [--fp32] [--overhead] [--quick]
-//                    [--deterministic] [--decode] [--varlen] [--serve] [--grid off] [--torch-burst-only]
-//   --decode   paged decode bandwidth (--decode-splits 1,2,4,...: also at fixed split counts) (GQA 32/8, D 128, fp16, page 16 shuffled and page 1; B 1/16/64
-//              x 4k/16k/64k cached tokens) next to torch cuDNN / flash SDPA on contiguous K/V
-//              (--decode-cells 1x16384x16,...: only these B x N x page cells)
-//   --varlen   packed prefill (lengths 100..8k, 16k tokens, causal, D 128) against the dense kernel
-//              at equal work, and the same through a paged cache (pagedAttention)
-//   --serve    a serving loop: 64 sequences of random lengths, each step appends one token per
-//              sequence and runs pagedAttention for 32 layers; finished sequences free their pages
+// Options: bench/options.ts (`npm run bench -- --help`).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -36,28 +26,16 @@ import {
 import { native } from '../lib/native';
 import { randn } from '../lib/random';
 import { DTYPE_CODE, storageOf } from '../lib/tensor';
+import { DT, USAGE, UsageError, parseArgs } from './options';
 
 interface Case { B: number; H: number; Hkv: number; N: number; D: number; dtype: DType; causal: boolean; Nq?: number }
 interface Row { case: Case; dir: 'fwd' | 'bwd'; impl: string; ms: number; tflops: number; note?: string }
 
-const DT: Record<string, DType> = { fp16: 'float16', float16: 'float16', bf16: 'bfloat16', bfloat16: 'bfloat16', fp32: 'float32', float32: 'float32' };
-
-function parseArgs(argv: string[]) {
-  const a: Record<string, string | boolean> = {};
-  for (let i = 0; i < argv.length; i++) {
-    const m = /^--([\w-]+)(?:=(.*))?$/.exec(argv[i]);
-    if (!m) throw new Error(`bench: unexpected argument ${argv[i]}`);
-    if (m[2] !== undefined) a[m[1]] = m[2];
-    else if (i + 1 < argv.length && !argv[i + 1].startsWith('--')) a[m[1]] = argv[++i];
-    else a[m[1]] = true;
-  }
-  return a;
-}
 const list = (v: string | boolean | undefined, def: string) => String(typeof v === 'string' ? v : def).split(',').map((s) => s.trim()).filter(Boolean);
 
 /** PERF.md's grid: batch*seqlen = 16k, hidden 2048 (H = 2048/D, rounded; 16 for D > 128). */
 function grid(args: Record<string, string | boolean>): Case[] {
-  const dtypes = list(args.dtype, 'fp16,bf16').map((d) => DT[d] ?? (() => { throw new Error(`bench: unknown dtype ${d}`); })());
+  const dtypes = list(args.dtype, 'fp16,bf16').map((d) => DT[d]);
   const hdims = list(args.hdim, '64,128,256').map(Number);
   const seqlens = list(args.seqlen, args.quick ? '1024,4096' : '512,1024,2048,4096,8192,16384').map(Number);
   const causal = String(args.causal ?? 'both');
@@ -571,14 +549,27 @@ class ClockLog {
 }
 
 async function main() {
-  const args = parseArgs(process.argv.slice(2));
+  let args: Record<string, string | boolean>;
+  try {
+    args = parseArgs(process.argv.slice(2));
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    console.error(`bench: ${e.message}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  if (args.help) {
+    console.log(USAGE);
+    return;
+  }
   const gpus = devices();
   if (gpus.length === 0) {
-    console.error(`bench: no CUDA device (buildInfo: ${JSON.stringify(buildInfo())}); the benchmark needs a GPU`);
+    const b = buildInfo();
+    console.error(`bench: no CUDA device (this build: CUDA ${b.cuda ? `yes, architectures ${b.cudaArchs.join(', ')}` : 'no'}); ` +
+      'the benchmark needs a GPU (`npm start` runs the main job on the CPU backend)');
     process.exit(2);
   }
   const warmup = Number(args.warmup ?? 5), reps = Number(args.reps ?? 30), apiMs = Number(args['api-ms'] ?? 150);
-  const dirs = list(args.dir, 'fwd').filter((d) => d === 'fwd' || d === 'bwd');
+  const dirs = list(args.dir, 'fwd');
   const outDir = String(args.out ?? path.join('bench', 'out'));
   fs.mkdirSync(outDir, { recursive: true });
   const cases = args.grid === 'off' ? [] : grid(args);
@@ -590,6 +581,7 @@ async function main() {
   const rows: Row[] = [];
   const clocks = cases.length ? new ClockLog() : null;
   const windows = new Map<string, [number, number]>();
+  const failed: string[] = [];  // the cells whose run threw
   let done = 0;
   for (const c of cases) {
     process.stderr.write(`\rbench: ${++done}/${cases.length} ${key(c)}        `);
@@ -608,6 +600,7 @@ async function main() {
         rows.push({ case: c, dir: 'bwd', impl: 'ours deterministic', ms: d.bwdApi!, tflops: 2.5 * f / d.bwdApi! / 1e9 });
       }
     } catch (e) {
+      failed.push(key(c));
       console.error(`\nbench: ${key(c)}: ${(e as Error).message}`);
     }
   }
@@ -733,6 +726,10 @@ async function main() {
   fs.writeFileSync(path.join(outDir, 'table.md'), header + '\n\n' + [...lines, ...clockLines].join('\n') + '\n' + extra.join('\n') + '\n');
   if (rows.length) svgChart(rows.filter((r) => r.impl !== 'ours kernel'), path.join(outDir, 'chart.svg'));
   console.log(`bench: wrote ${outDir}/results.json, table.md${rows.length ? ', chart.svg' : ''}`);
+  if (failed.length) {
+    console.error(`bench: ${failed.length} of ${cases.length} cells failed (${failed.join('; ')})`);
+    process.exitCode = 1;
+  }
 }
 
 main().catch((e) => { console.error(e); process.exitCode = 1; });

@@ -58,6 +58,13 @@ export function rangeError(fn: string, arg: string, expected: string, given: unk
   return new RangeError(`${fn}: ${arg} ${expected}, got ${raw ? String(given) : describe(given)}`);
 }
 
+/** The known name that `name` was probably meant to be (a misspelt option), or undefined. */
+export function suggest(name: string, known: readonly string[]): string | undefined {
+  const lower = name.toLowerCase().replace(/^is/, '');
+  return known.find((k) => k.toLowerCase() === lower || lower.includes(k.toLowerCase())) ??
+    known.find((k) => k.length >= 4 && editDistance(lower, k.toLowerCase()) <= 2);
+}
+
 /** Levenshtein distance of two short strings (option-name suggestions). */
 function editDistance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
@@ -88,9 +95,7 @@ export function checkOptions(fn: string, options: unknown, known: readonly strin
   const keys = Object.keys(options);
   for (const key of keys) {
     if (!known.includes(key)) {
-      const lower = key.toLowerCase().replace(/^is/, '');
-      const guess = known.find((k) => k.toLowerCase() === lower || lower.includes(k.toLowerCase())) ??
-        known.find((k) => k.length >= 4 && editDistance(lower, k.toLowerCase()) <= 2);
+      const guess = suggest(key, known);
       throw new TypeError(`${fn}: ${name}.${key} is not an option${guess ? ` (did you mean ${name}.${guess}?)` : ''}; ` +
         `expected one of ${known.join(', ')}, got '${key}'`);
     }

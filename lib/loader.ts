@@ -98,6 +98,13 @@ export function loadAddon<T>(): T {
       debug(`loader: ${c.source} ${c.path}: rejected, it did not load: ${detail}`);
       continue;
     }
+    if (typeof (mod as { layout?: unknown } | null)?.layout !== 'function') {
+      // (FA_ADDON_PATH naming another file: a .js or .json loads too)
+      const detail = `it loaded, but it is not ${ADDON_FILE} (no layout() in its exports)`;
+      attempts.push({ ...c, outcome: 'failed', detail });
+      debug(`loader: ${c.source} ${c.path}: rejected: ${detail}`);
+      continue;
+    }
     const passed = attempts.map((a) => `${a.source} ${a.outcome === 'missing' ? 'not there' : 'did not load'}`);
     const why = c.source === 'FA_ADDON_PATH' ? 'FA_ADDON_PATH names it'
       : c.source === 'build' ? 'a source build is there and it comes first'

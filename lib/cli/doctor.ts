@@ -341,15 +341,31 @@ export function renderReport(r: DoctorReport): string {
   for (const w of r.warnings) L.push(`warning: ${w}`);
   for (const p of r.problems) L.push(`problem: ${p}`);
   const gpus = r.devices?.length ?? 0;
-  L.push(r.ok ? `result: OK (${gpus ? `${gpus} GPU(s) and the CPU backend checked` : 'no GPU; the CPU backend checked'})`
-    : `result: FAILED (${r.problems.length} problem${r.problems.length === 1 ? '' : 's'})`);
+  const checked = r.selfTest.length === 0 ? `${gpus ? `${gpus} GPU(s)` : 'no GPU'}; no self-test run`
+    : gpus ? `${gpus} GPU(s) and the CPU backend checked` : 'no GPU; the CPU backend checked';
+  L.push(r.ok ? `result: OK (${checked})` : `result: FAILED (${r.problems.length} problem${r.problems.length === 1 ? '' : 's'})`);
   return L.join('\n');
 }
 
+const USAGE = `usage: flash-attention-node doctor [--json] [--no-selftest]
+
+  Reports Node and the platform, which addon binary loaded and why, how it was built, the CUDA
+  driver and runtime and each GPU, then runs a short self-test on the CPU backend (against naive
+  float64 attention) and on each GPU (against the CPU backend). Exit status 0 when all is well
+  (no GPU is well: the CPU backend is checked), 1 with the reasons otherwise, 2 for a bad option.
+
+  --json          the report as one JSON object
+  --no-selftest   the report without the self-test
+`;
+
 export async function main(argv: string[]): Promise<number> {
+  if (argv.some((a) => a === '--help' || a === '-h' || a === 'help')) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
   const unknown = argv.filter((a) => !['--json', '--no-selftest'].includes(a));
   if (unknown.length) {
-    process.stderr.write(`doctor: unknown option ${unknown[0]} (options: --json, --no-selftest)\n`);
+    process.stderr.write(`doctor: unknown option ${unknown[0]}\n\n${USAGE}`);
     return 2;
   }
   const report = await diagnose({ selfTest: !argv.includes('--no-selftest') });

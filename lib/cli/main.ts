@@ -114,8 +114,29 @@ async function runCase(c: Case, device: 'cpu' | 'cuda', reps: number) {
   };
 }
 
+const USAGE = `usage: npm start [-- --cpu] [-- --quick]
+
+  Runs attention on the best backend present (CUDA when a GPU is there, else the CPU backend) for a
+  few realistic shapes, checks sampled rows against naive float64 attention, and prints time,
+  throughput and the extra memory next to naive attention's N x N. Exit status 1 when a result is
+  off, 2 for a bad option.
+
+  --cpu     the CPU backend even where there is a GPU
+  --quick   smaller shapes (a smoke run)
+`;
+
 async function main() {
   const args = process.argv.slice(2);
+  if (args.some((a) => a === '--help' || a === '-h')) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const unknown = args.find((a) => a !== '--cpu' && a !== '--quick');
+  if (unknown !== undefined) {
+    process.stderr.write(`flash-attention-node: unknown option ${unknown}\n\n${USAGE}`);
+    process.exitCode = 2;
+    return;
+  }
   const gpus = devices();
   const useGpu = gpus.length > 0 && !args.includes('--cpu');
   const quick = args.includes('--quick');
