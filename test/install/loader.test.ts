@@ -52,6 +52,20 @@ describe('loader', () => {
     }
   });
 
+  it('refuses a file that loads but is not the addon (FA_ADDON_PATH naming a .js or .json), with the fixes', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fa-loader-'));
+    try {
+      for (const [name, body] of [['x.json', '{"layout": 1}'], ['x.js', 'module.exports = { hello: 1 };']]) {
+        fs.writeFileSync(path.join(dir, name), body);
+        process.env.FA_ADDON_PATH = path.join(dir, name);
+        expect(() => loadAddon()).toThrowError(new RegExp(`FA_ADDON_PATH: .*${name.replace('.', '\\.')}: it loaded, but it is not ` +
+          'flash_attention_node\\.node \\(no layout\\(\\) in its exports\\)[\\s\\S]*Fixes:[\\s\\S]*unset FA_ADDON_PATH'));
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('FA_DEBUG=1 logs each candidate and why it was passed over', () => {
     process.env.FA_DEBUG = '1';
     process.env.FA_ADDON_PATH = path.join(os.tmpdir(), 'no-such-dir', 'flash_attention_node.node');
