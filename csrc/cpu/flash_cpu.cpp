@@ -1536,6 +1536,17 @@ static inline __attribute__((always_inline)) vi in_range(vi c, vi lo, vi hi) { r
 // each O element stays one chain of multiply-adds over the keys in order. Head dims that are a
 // multiple of 8 only (the others take the GEMM path).
 
+// The narrow kernels read each key's K / V rows where they lie: a head's slice of a token row, a
+// few cache lines at a stride of the whole token row (all kv heads), from pages in any order, which
+// the hardware prefetchers do not follow far enough to keep the loads from waiting on memory. So
+// they ask for the rows kNarrowAhead keys ahead of the one they use (8: 4 and 16 measured slower;
+// fp16 decode GQA 32/8, B 16 x 4k, 2 cores: 23 -> 15 ms per call).
+constexpr int kNarrowAhead = 8;
+static inline int narrow_row_bytes(int dt, int D) { return D * (dt == FA_FLOAT32 ? 4 : 2); }
+static inline __attribute__((always_inline)) void prefetch_row(const char* p, int bytes) {
+  for (int b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
 // Byte addresses of rows n0 .. n0 + n - 1 of loc (elements of es bytes), walking the pages
 // incrementally instead of dividing per row.
 static inline void row_ptrs(const void* base, const RowLoc& loc, int64_t es, int64_t n0, int n,
@@ -1636,8 +1647,10 @@ static void narrow_s(const char* const* kp, int64_t off, int nc, const float* __
   constexpr int W = (int)(sizeof(V) / sizeof(float));
   constexpr int KC = 8 / R;
   const float* qr = q + (int64_t)r0 * ldq;
+  const int row_bytes = narrow_row_bytes(DT, D);
   for (int c = 0; c < nc; c += KC) {
     const int kc = std::min(KC, nc - c);
+    for (int i = c + kNarrowAhead; i < std::min(c + kNarrowAhead + KC, nc); ++i) prefetch_row(kp[i] + off, row_bytes);
     const char* kr[KC];
     for (int i = 0; i < KC; ++i) kr[i] = kp[c + std::min(i, kc - 1)] + off;
     V a[KC * R];
@@ -1664,6 +1677,7 @@ static void narrow_pv(const char* const* vp, int64_t off, int nc, const float* _
                       float* __restrict acc, int64_t ldo) {
   constexpr int W = (int)(sizeof(V) / sizeof(float));
   float* o = acc + (int64_t)r0 * ldo;
+  const int row_bytes = narrow_row_bytes(DT, D);
   int d = 0;
   for (; d + 2 * W <= D; d += 2 * W) {
     V o0[R], o1[R];
@@ -1672,6 +1686,8 @@ static void narrow_pv(const char* const* vp, int64_t off, int nc, const float* _
       o1[j] = vld<V>(o + j * ldo + d + W);
     }
     for (int c = 0; c < nc; ++c) {
+      // the first pass over the keys asks for whole rows ahead; the later ones find them cached
+      if (d == 0 && c + kNarrowAhead < nc) prefetch_row(vp[c + kNarrowAhead] + off, row_bytes);
       const V v0 = load_vec<V, DT>(vp[c] + off, d), v1 = load_vec<V, DT>(vp[c] + off, d + W);
       const float* p = st + (int64_t)c * ld + r0;
       for (int j = 0; j < R; ++j) {
@@ -1739,9 +1755,13 @@ static void narrow_rows(const char* const* p, int64_t off, int nc, const float* 
 template <bool PV>
 static void narrow_tile(fa_dtype dt, const char* const* p, int64_t head, int segs, int seg, int rp, int nc,
                         const float* q, int64_t ldq, int D, float* st, int ld, float* acc, int64_t ldo) {
+  const int row_bytes = narrow_row_bytes(dt, D);
   for (int j = 0; j < segs; ++j) {
     const int64_t off = j * head;
     const int64_t r0 = (int64_t)j * seg;
+    // the next kv head's first rows, which its pass asks for before it can prefetch them itself
+    if (j + 1 < segs)
+      for (int c = 0; c < std::min(kNarrowAhead, nc); ++c) prefetch_row(p[c] + off + head, row_bytes);
     const float* qj = PV ? nullptr : q + r0 * ldq;
     float* aj = PV ? acc + r0 * ldo : nullptr;
     if (dt == FA_FLOAT16) narrow_rows<FA_FLOAT16, PV>(p, off, nc, qj, ldq, seg, D, st + r0, ld, aj, ldo);
