@@ -1934,13 +1934,28 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
       for (int r = 0; r < rows; ++r) load_row(a.q, fwd_row_at(a.qs, tl, r), g.dtype, D, qr + (int64_t)r * Dp);
     else
       load_tile_t_at(a.q, [&](int r) { return fwd_row_at(a.qs, tl, r); }, g, rows, qt, bmp, rp, ws + sc.tmp);
+    // the keys of the tile at k0 (within one page when pages cap the tiles)
+    const auto tile_keys = [&](int64_t k0) {
+      const int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
+      return g.page_cap ? (int)std::min<int64_t>(nc, g.page_size - k0 % g.page_size) : nc;
+    };
     for (int64_t k0 = keys.lo; k0 < keys.hi;) {
-      int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
-      if (g.page_cap) nc = (int)std::min<int64_t>(nc, g.page_size - k0 % g.page_size);
+      const int nc = tile_keys(k0);
       RowsView V{nullptr, 0};
       if (narrow) {
         row_ptrs(a.k, kl, es, k0, nc, kp);
         row_ptrs(a.v, vl, es, k0, nc, vp);
+        // The next tile's K / V rows of this task's kv heads (in a paged cache another page,
+        // anywhere), asked for now so that they arrive while this tile is computed.
+        if (k0 + nc < keys.hi) {
+          const int64_t k1 = k0 + nc;
+          const int rb = narrow_row_bytes(g.dtype, D);
+          const int kspan = (int)((segs - 1) * a.ks.head * es) + rb, vspan = (int)((segs - 1) * a.vs.head * es) + rb;
+          for (int64_t n = k1, end = k1 + tile_keys(k1); n < end; ++n) {
+            prefetch_row(static_cast<const char*>(a.k) + kl.at(n) * es, kspan);
+            prefetch_row(static_cast<const char*>(a.v) + vl.at(n) * es, vspan);
+          }
+        }
         narrow_tile<false>(g.dtype, kp, a.ks.head * es, segs, seg, rp, nc, qr, Dp, D, st, bmp, nullptr, 0);  // S^T
       } else {
         const RowsView K = rows_view(a.k, kl, g, k0, nc, ws + sc.kr);
