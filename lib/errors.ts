@@ -3,7 +3,6 @@
 import { types } from 'node:util';
 import { typedArrayKind, typedArrayLength } from './typed';
 
-/** A short, readable rendering of any value for error messages (never throws). */
 // Every copy of the library loaded in a process (two installs, a cleared require cache) has its own
 // Tensor class, and each refuses the others' tensors. Their prototypes all carry this brand, so
 // that the refusal can say where the tensor came from; tensor.ts tells another copy's from its own.
@@ -13,6 +12,7 @@ export function setForeignTensorTest(test: (x: object) => boolean): void {
   foreignTensor = test;
 }
 
+/** A short, readable rendering of any value for error messages (never throws). */
 export function describe(value: unknown): string {
   try {
     return describeValue(value);
