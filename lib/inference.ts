@@ -439,12 +439,13 @@ function checkPages(fn: string, table: Int32Array, b: number, maxPages: number, 
   }
 }
 
-// checkWrittenRows' hash table of pages, kept from call to call (a slot is in use when its mark is
-// the call's stamp, so nothing is cleared between calls and nothing allocated once it is large
-// enough), and its row ranges: five numbers a range (b, j, first row, end row, the index of the
-// same page's previous range or -1).
+// checkWrittenRows' hash table of pages, kept from call to call up to kKeptSlots slots (a slot is
+// in use when its mark is the call's stamp, so nothing is cleared between calls and nothing
+// allocated once it is large enough; a larger call allocates its own), and its row ranges: five
+// numbers a range (b, j, first row, end row, the index of the same page's previous range or -1).
 let slotMark = new Int32Array(0), slotPage = new Int32Array(0), slotNewest = new Int32Array(0), rowRanges = new Int32Array(0);
 let rowsStamp = 0;
+const kKeptSlots = 1 << 16;
 
 /**
  * No cache row is written twice in one appendKV call. Two sequences whose tables share a page
@@ -454,26 +455,36 @@ let rowsStamp = 0;
  * one range of rows in each page they land in: at most 2 B + totalNew / pageSize ranges, found by
  * page in a hash table at most half full (Fibonacci hashing: the product's high bits, so that
  * pages a fixed stride apart spread; linear probing). A decode step of 64 sequences costs < 1 us.
+ * A range is compared with the earlier ranges of its page, which are few unless many sequences
+ * write rows of one page (8192 sequences writing one large page: 79 ms).
  */
 function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageSize: number, before: Int32Array,
   cu: Int32Array): void {
   const B = cu.length - 1;
   const most = 2 * B + Math.ceil((cu[B] - cu[0]) / pageSize);
-  let bits = 4;
-  while (1 << bits < 2 * most) bits++;
+  if (most === 0) return;
+  const bits = Math.min(30, Math.max(4, 32 - Math.clz32(2 * most - 1)));  // 2^bits >= 2 most
   const size = 1 << bits;
-  if (slotMark.length < size) {
-    slotMark = new Int32Array(size);
-    slotPage = new Int32Array(size);
-    slotNewest = new Int32Array(size);
-    rowsStamp = 0;
+  let mark = slotMark, pageOf = slotPage, newest = slotNewest, ranges = rowRanges, stamp = 1;
+  if (size > kKeptSlots) {  // a large prefill: a table of its own, not kept
+    mark = new Int32Array(size);
+    pageOf = new Int32Array(size);
+    newest = new Int32Array(size);
+    ranges = new Int32Array(5 * most);
+  } else {
+    if (slotMark.length < size) {
+      mark = slotMark = new Int32Array(size);
+      pageOf = slotPage = new Int32Array(size);
+      newest = slotNewest = new Int32Array(size);
+      rowsStamp = 0;
+    }
+    if (rowRanges.length < 5 * most) ranges = rowRanges = new Int32Array(5 * most);
+    if (++rowsStamp === 2 ** 31 - 1) {
+      slotMark.fill(0);
+      rowsStamp = 1;
+    }
+    stamp = rowsStamp;
   }
-  if (rowRanges.length < 5 * most) rowRanges = new Int32Array(5 * most);
-  if (++rowsStamp === 2 ** 31 - 1) {
-    slotMark.fill(0);
-    rowsStamp = 1;
-  }
-  const ranges = rowRanges;
   let n = 0;
   for (let b = 0; b < B; b++) {
     const start = before[b], end = start + cu[b + 1] - cu[b];
@@ -482,10 +493,10 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
       const pg = table[b * maxPages + j];
       const lo = Math.max(start - j * pageSize, 0), hi = Math.min(end - j * pageSize, pageSize);
       let slot = Math.imul(pg, 0x9e3779b1) >>> (32 - bits);
-      while (slotMark[slot] === rowsStamp && slotPage[slot] !== pg) slot = (slot + 1) & (size - 1);
+      while (mark[slot] === stamp && pageOf[slot] !== pg) slot = (slot + 1) & (size - 1);
       let prev = -1;
-      if (slotMark[slot] === rowsStamp) {
-        for (let r = slotNewest[slot]; r >= 0; r = ranges[r + 4]) {
+      if (mark[slot] === stamp) {
+        for (let r = newest[slot]; r >= 0; r = ranges[r + 4]) {
           if (lo < ranges[r + 3] && ranges[r + 2] < hi) {
             const b2 = ranges[r], j2 = ranges[r + 1], row = Math.max(lo, ranges[r + 2]);
             const whose = b2 === b ? `this sequence's pageTable[${b}][${j2}]` : `sequence ${b2}'s pageTable[${b2}][${j2}]`;
@@ -493,11 +504,11 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
               `must not name a page whose rows another new token writes too (row ${row} of page ${pg} is also written through ${whose})`, pg);
           }
         }
-        prev = slotNewest[slot];
+        prev = newest[slot];
       }
-      slotMark[slot] = rowsStamp;
-      slotPage[slot] = pg;
-      slotNewest[slot] = n;
+      mark[slot] = stamp;
+      pageOf[slot] = pg;
+      newest[slot] = n;
       ranges[n] = b;
       ranges[n + 1] = j;
       ranges[n + 2] = lo;

@@ -89,6 +89,11 @@ export function loadAddon<T>(): T {
       debug(`loader: ${c.source} ${c.path}: not there`);
       continue;
     }
+    if (!c.path.endsWith('.node')) {  // (FA_ADDON_PATH naming a .js or .json: not run or read)
+      attempts.push({ ...c, outcome: 'failed', detail: `not a native addon (${ADDON_FILE} or another .node file)` });
+      debug(`loader: ${c.source} ${c.path}: rejected: not a .node file`);
+      continue;
+    }
     let mod: T;
     try {
       mod = require(c.path) as T;
@@ -98,8 +103,7 @@ export function loadAddon<T>(): T {
       debug(`loader: ${c.source} ${c.path}: rejected, it did not load: ${detail}`);
       continue;
     }
-    if (typeof (mod as { layout?: unknown } | null)?.layout !== 'function') {
-      // (FA_ADDON_PATH naming another file: a .js or .json loads too)
+    if (typeof (mod as { layout?: unknown } | null)?.layout !== 'function') {  // (another project's addon)
       const detail = `it loaded, but it is not ${ADDON_FILE} (no layout() in its exports)`;
       attempts.push({ ...c, outcome: 'failed', detail });
       debug(`loader: ${c.source} ${c.path}: rejected: ${detail}`);

@@ -1946,14 +1946,19 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
         row_ptrs(a.k, kl, es, k0, nc, kp);
         row_ptrs(a.v, vl, es, k0, nc, vp);
         // The next tile's K / V rows of this task's kv heads (in a paged cache another page,
-        // anywhere), asked for now so that they arrive while this tile is computed.
+        // anywhere), asked for now so that they arrive while this tile is computed: each head's
+        // row on its own (next to each other in a token row, but N rows apart in a [B, H, N, D]
+        // cache).
         if (k0 + nc < keys.hi) {
           const int64_t k1 = k0 + nc;
           const int rb = narrow_row_bytes(g.dtype, D);
-          const int kspan = (int)((segs - 1) * a.ks.head * es) + rb, vspan = (int)((segs - 1) * a.vs.head * es) + rb;
           for (int64_t n = k1, end = k1 + tile_keys(k1); n < end; ++n) {
-            prefetch_row(static_cast<const char*>(a.k) + kl.at(n) * es, kspan);
-            prefetch_row(static_cast<const char*>(a.v) + vl.at(n) * es, vspan);
+            const char* kr = static_cast<const char*>(a.k) + kl.at(n) * es;
+            const char* vr = static_cast<const char*>(a.v) + vl.at(n) * es;
+            for (int j = 0; j < segs; ++j) {
+              prefetch_row(kr + j * a.ks.head * es, rb);
+              prefetch_row(vr + j * a.vs.head * es, rb);
+            }
           }
         }
         narrow_tile<false>(g.dtype, kp, a.ks.head * es, segs, seg, rp, nc, qr, Dp, D, st, bmp, nullptr, 0);  // S^T

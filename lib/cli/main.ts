@@ -114,7 +114,7 @@ async function runCase(c: Case, device: 'cpu' | 'cuda', reps: number) {
   };
 }
 
-const USAGE = `usage: npm start [-- --cpu] [-- --quick]
+const USAGE = `usage: npm start [-- [--cpu] [--quick]]
 
   Runs attention on the best backend present (CUDA when a GPU is there, else the CPU backend) for a
   few realistic shapes, checks sampled rows against naive float64 attention, and prints time,
