@@ -1,6 +1,8 @@
 // The CPU backend's decode step: pagedAttention with one query per sequence against a paged cache
 // (D 128, page 16, pages shuffled, causal; GQA 32/8 in fp16 / bf16 / fp32, GQA 32/4, an MHA cache,
-// H 8 / Hkv 8, where no heads pack, and MQA 8/1 at B 1, one task unless its keys are split).
+// H 8 / Hkv 8, where no heads pack, and MQA 8/1 at B 1, one task unless its keys are split), then
+// a dense one-query call in both layouts (flashAttention; kv heads sit a token row apart in bshd,
+// N rows apart in bhsd).
 // Public-API time of awaited calls (the CPU backend settles when done), median of PROBE_IT calls
 // (default 9) after one warm-up, and the K/V bytes read per second. Usage: node scripts/cpu-decode-probe.js
 // [B x N cells, e.g. 16x4096 1x16384] (default the cells below). FA_ADDON_PATH picks another
@@ -51,6 +53,25 @@ async function cell(B, N, H, Hkv, dtype) {
   return `| ${dtype} | ${B} x ${N} | ${H}/${Hkv} | ${t.toFixed(2)} | ${(bytes / t / 1e6).toFixed(2)} |`;
 }
 
+/** A dense one-query call (flashAttention, the kv heads of a task packed) in either layout. */
+async function dense(B, N, H, Hkv, dtype, layout) {
+  const D = 128;
+  const shape = (n, h) => (layout === 'bhsd' ? [B, h, n, D] : [B, n, h, D]);
+  const k = fa.Tensor.from(uniform(B * N * Hkv * D, 1), shape(N, Hkv), { dtype });
+  const v = fa.Tensor.from(uniform(B * N * Hkv * D, 2), shape(N, Hkv), { dtype });
+  const q = fa.Tensor.from(uniform(B * H * D, 3), shape(1, H), { dtype });
+  await fa.flashAttention(q, k, v, { layout });
+  const ms = [];
+  for (let i = 0; i < IT; i++) {
+    const t0 = process.hrtime.bigint();
+    await fa.flashAttention(q, k, v, { layout });
+    ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  const t = median(ms);
+  const bytes = 2 * B * N * Hkv * D * (dtype === 'float32' ? 4 : 2);
+  return `| ${dtype}, dense ${layout} | ${B} x ${N} | ${H}/${Hkv} | ${t.toFixed(2)} | ${(bytes / t / 1e6).toFixed(2)} |`;
+}
+
 async function main() {
   const args = process.argv.slice(2).map((s) => s.split('x').map(Number)).filter((c) => c.length === 2 && c[0] > 0 && c[1] > 0);
   const cells = args.length
@@ -60,6 +81,7 @@ async function main() {
   console.log('| dtype | B x cached tokens | H/Hkv | ms per call | K/V GB/s |');
   console.log('| --- | --- | --- | --- | --- |');
   for (const [B, N, H, Hkv, dtype] of cells) console.log(await cell(B, N, H, Hkv, dtype));
+  if (!args.length) for (const layout of ['bshd', 'bhsd']) console.log(await dense(4, 4096, 32, 8, 'float16', layout));
 }
 
 module.exports = { uniform };
