@@ -3,8 +3,8 @@
 // CUDA calls are stream-ordered: the kernels are queued on the device's stream and the Promise
 // settles at once with the output tensors (see tensor.ts and the README); CPU calls settle when
 // their work is done.
-import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
-import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
+import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
+import { F, OP, S, callSlots, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
   DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
 } from './tensor';
@@ -53,8 +53,8 @@ export type AttentionResult = OutLse;
 export type BackwardResult = Grads;
 
 const MASK_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu'] as const;
-const FWD_OPTIONS = [...MASK_OPTIONS, 'layout', 'out', 'lse'] as const;
-const BWD_OPTIONS = [...MASK_OPTIONS, 'layout', 'deterministic', 'returnSoftmaxD', 'dq', 'dk', 'dv'] as const;
+const FWD_OPTIONS = optionList([...MASK_OPTIONS, 'layout', 'out', 'lse'] as const);
+const BWD_OPTIONS = optionList([...MASK_OPTIONS, 'layout', 'deterministic', 'returnSoftmaxD', 'dq', 'dk', 'dv'] as const);
 export const MAX_HEAD_DIM = 256;
 
 /** The mask, score and CPU options of a call, checked. */
@@ -322,10 +322,10 @@ export function runSlots(fn: string, op: number, P: Float64Array, device: number
     // index arrays in the slots are already the call's own copies, made by checkIndex)
     const plan = cpuPlan(arr, writtenSlots(op).map((i) => arr[i]));
     const Pc = plan.deps.length > 0 ? P.slice() : P;
-    return inCpuOrder(plan, () => callNativeAsync(fn, () => native.call(op, Pc, arr) as Promise<void>)).then(() => []);
+    return inCpuOrder(plan, () => callNativeAsync(fn, () => callSlots(op, Pc, arr) as Promise<void>)).then(() => []);
   }
   // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
-  return callNative(fn, () => native.call(op, P, arr) as Handle[]);
+  return callNative(fn, () => callSlots(op, P, arr) as Handle[]);
 }
 
 /**

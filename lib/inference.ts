@@ -9,11 +9,11 @@
 // contents are the caller's responsibility (a bad value can give wrong results, never an
 // out-of-bounds access: the kernels clamp every index), and maxSeqlenQ / maxSeqlenK must be given.
 import {
-  MAX_HEAD_DIM, checkCudaHeadDim, checkMask, checkOutput, checkTensorArg, deviceIndex, fillMask, hostArray, outSlot, runCall,
+  MAX_HEAD_DIM, checkCudaHeadDim, checkMask, checkOutput, checkTensorArg, deviceIndex, fillMask, hostArray, outSlot, runCall, runSlots,
   slotOf, type Mask, type MaskOptions,
 } from './attention';
-import { checkBoolean, checkInt, checkOptions, describe, rangeError, typeError } from './errors';
-import { F, OP, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
+import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
+import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import { copyTyped, typedArrayKind } from './typed';
 import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, storageOf, wrapDevice, wrapHost, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
@@ -77,13 +77,16 @@ export interface AppendKVOptions {
   cpu?: { threads?: number };
 }
 
-const VARLEN_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu', 'cuSeqlensQ', 'cuSeqlensK', 'maxSeqlenQ',
-  'maxSeqlenK', 'out', 'lse'] as const;
-const VARLEN_BWD_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu', 'cuSeqlensQ', 'cuSeqlensK', 'maxSeqlenQ',
-  'maxSeqlenK', 'deterministic', 'dq', 'dk', 'dv'] as const;
-const PAGED_OPTIONS = ['causal', 'scale', 'window', 'softcap', 'cpu', 'pageTable', 'seqlensK', 'cuSeqlensQ',
-  'maxSeqlenQ', 'maxSeqlenK', 'numSplits', 'rotary', 'out', 'lse'] as const;
-const APPEND_OPTIONS = ['pageTable', 'cuSeqlensNew', 'seqlensBefore', 'rotary', 'cpu'] as const;
+const VARLEN_OPTIONS = optionList(['causal', 'scale', 'window', 'softcap', 'cpu', 'cuSeqlensQ', 'cuSeqlensK', 'maxSeqlenQ',
+  'maxSeqlenK', 'out', 'lse'] as const);
+const VARLEN_BWD_OPTIONS = optionList(['causal', 'scale', 'window', 'softcap', 'cpu', 'cuSeqlensQ', 'cuSeqlensK', 'maxSeqlenQ',
+  'maxSeqlenK', 'deterministic', 'dq', 'dk', 'dv'] as const);
+const PAGED_OPTIONS = optionList(['causal', 'scale', 'window', 'softcap', 'cpu', 'pageTable', 'seqlensK', 'cuSeqlensQ',
+  'maxSeqlenQ', 'maxSeqlenK', 'numSplits', 'rotary', 'out', 'lse'] as const);
+const APPEND_OPTIONS = optionList(['pageTable', 'cuSeqlensNew', 'seqlensBefore', 'rotary', 'cpu'] as const);
+/** The slots a pagedAttention call passes: [0, PAGED_SLOT_COUNT). */
+const PAGED_SLOT_COUNT = Math.max(S.q, S.k_cache, S.v_cache, S.out, S.lse, S.cu_seqlens_q, S.page_table, S.seqlens_k,
+  S.rotary_cos, S.rotary_sin) + 1;
 const MAX_SEQLEN = 2 ** 28;
 /** Most partial results one mergeAttention call takes. */
 const MAX_MERGE = 65536;
@@ -215,18 +218,21 @@ function checkPackedQKV(fn: string, q: unknown, k: unknown, v: unknown) {
   for (let i = 0; i < 3; i++) {
     if (tv.shape[i] !== tk.shape[i]) throw rangeError(fn, `v.shape[${i}]`, `must equal k.shape[${i}] = ${tk.shape[i]}`, tv.shape[i]);
   }
-  checkSameKind(fn, tq, [['k', tk], ['v', tv]]);
+  checkSameKind(fn, tq, 'k', tk, 'v', tv);
   const device = deviceIndex(tq);
   if (device >= 0) checkCudaHeadDim(fn, 'q.shape[2] (headDim)', tq.dtype, D);
   return { tq, tk, tv, totalQ, totalK, H, Hkv, D, dtype: tq.dtype, device };
 }
 
-function checkSameKind(fn: string, ref: Tensor, others: Array<[string, Tensor]>): void {
+/** q's dtype is a float type; `a` (and `b`) have q's dtype and device. */
+function checkSameKind(fn: string, ref: Tensor, nameA: string, a: Tensor, nameB?: string, b?: Tensor): void {
   if (ref.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, ref.dtype);
-  for (const [name, t] of others) {
-    if (t.dtype !== ref.dtype) throw typeError(fn, `${name}.dtype`, `must equal q.dtype = '${ref.dtype}'`, t.dtype);
-    if (t.device !== ref.device) throw typeError(fn, `${name}.device`, `must equal q.device = '${ref.device}'`, t.device);
-  }
+  sameKind(fn, ref, nameA, a);
+  if (b !== undefined) sameKind(fn, ref, nameB!, b);
+}
+function sameKind(fn: string, ref: Tensor, name: string, t: Tensor): void {
+  if (t.dtype !== ref.dtype) throw typeError(fn, `${name}.dtype`, `must equal q.dtype = '${ref.dtype}'`, t.dtype);
+  if (t.device !== ref.device) throw typeError(fn, `${name}.device`, `must equal q.device = '${ref.device}'`, t.device);
 }
 
 function baseParams(device: number, B: number, H: number, Hkv: number, D: number, dtype: DType, mask: Mask | null): Float64Array {
@@ -341,7 +347,7 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
     if (tt.shape.length !== 3 || tt.shape.some((d, i) => d !== q.shape[i])) {
       throw rangeError(fn, `${name}.shape`, `must equal q.shape = ${describe(q.shape)}`, tt.shape);
     }
-    checkSameKind(fn, q, [[name, tt]]);
+    checkSameKind(fn, q, name, tt);
   }
   const tl = checkTensorArg(fn, 'lse', lse);
   const lseShape = [p.H, p.totalQ];
@@ -395,9 +401,8 @@ export async function flashAttentionVarlenBackward(dout: Tensor, q: Tensor, k: T
 function checkCaches(fn: string, kc: unknown, vc: unknown) {
   const tk = checkTensorArg(fn, 'kCache', kc);
   const tv = checkTensorArg(fn, 'vCache', vc);
-  for (const [name, t] of [['kCache', tk], ['vCache', tv]] as const) {
-    if (t.shape.length !== 4) throw rangeError(fn, `${name}.shape`, 'must have 4 dimensions [numPages, pageSize, headsK, headDim]', t.shape);
-  }
+  if (tk.shape.length !== 4) throw rangeError(fn, 'kCache.shape', 'must have 4 dimensions [numPages, pageSize, headsK, headDim]', tk.shape);
+  if (tv.shape.length !== 4) throw rangeError(fn, 'vCache.shape', 'must have 4 dimensions [numPages, pageSize, headsK, headDim]', tv.shape);
   for (let i = 0; i < 4; i++) {
     if (tv.shape[i] !== tk.shape[i]) throw rangeError(fn, `vCache.shape[${i}]`, `must equal kCache.shape[${i}] = ${tk.shape[i]}`, tv.shape[i]);
   }
@@ -612,9 +617,9 @@ export async function pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, 
     lse ??= wrapHost(new Float32Array(H * totalQ), [H, totalQ], 'float32');
   }
   const slots = c.slots;
-  slots.out = outSlot(out, fn, 'options.out', device);
-  slots.lse = outSlot(lse, fn, 'options.lse', device);
-  const r = runCall(fn, OP.paged, P, device, slots);
+  slots[S.out] = outSlot(out, fn, 'options.out', device);
+  slots[S.lse] = outSlot(lse, fn, 'options.lse', device);
+  const r = runSlots(fn, OP.paged, P, device, slots);
   const h = r instanceof Promise ? await r : r;
   return packedResult(device, h, tq, H, totalQ, tq.dtype, out, lse);
 }
@@ -629,7 +634,7 @@ export async function benchmarkPaged(q: Tensor, kCache: Tensor, vCache: Tensor, 
   const c = pagedCall(fn, q, kCache, vCache, options);
   if (c.device < 0) throw new TypeError(`${fn}: q must be a CUDA tensor, got device '${q.device}'`);
   if (c.P === null) return [];
-  return Array.from(await native.bench(OP.paged, c.P, slotArray(c.P, c.slots), warmup, reps));
+  return Array.from(await native.bench(OP.paged, c.P, c.slots, warmup, reps));
 }
 
 /** pagedAttention's checks and parameter record (P null: nothing to compute). */
@@ -643,7 +648,7 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   if (H < 1) throw rangeError(fn, 'q.shape[1] (heads)', 'must be at least 1', H);
   if (D !== c.D) throw rangeError(fn, 'q.shape[2] (headDim)', `must equal kCache.shape[3] = ${c.D}`, D);
   if (H % c.Hkv !== 0) throw rangeError(fn, 'kCache.shape[2] (headsK)', `must divide q.shape[1] = ${H} (query heads)`, c.Hkv);
-  checkSameKind(fn, tq, [['kCache', c.tk], ['vCache', c.tv]]);
+  checkSameKind(fn, tq, 'kCache', c.tk, 'vCache', c.tv);
   const device = deviceIndex(tq);
   if (device >= 0) checkCudaHeadDim(fn, 'q.shape[2] (headDim)', tq.dtype, D);
   const mask = checkMask(fn, opts, D);
@@ -679,7 +684,7 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   const inputs = rot ? [q, kCache, vCache, rot.cos, rot.sin] : [q, kCache, vCache];
   const out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
   const lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
-  if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: {} as Partial<Record<SlotName, SlotValue>> };
+  if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: [] as SlotValue[] };
   const P = baseParams(device, B, H, c.Hkv, D, tq.dtype, mask);
   P[F.seqlen_q] = maxQ;
   P[F.seqlen_k] = maxK;
@@ -693,14 +698,20 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   // kernel (0: unknown, device arrays).
   P[F.min_seqlen_q] = cq.host ? minNonEmpty(cq.host) : 0;
   if (rot) fillRotary(P, rot);
-  // One literal shape for every call (out / lse filled in by pagedAttention): a spread of it into
-  // a new object cost pagedAttention ~5 us per call in V8.
-  const slots: Partial<Record<SlotName, SlotValue>> = {
-    q: slotOf(tq, fn, 'q'), k_cache: slotOf(c.tk, fn, 'kCache'), v_cache: slotOf(c.tv, fn, 'vCache'), out: null, lse: null,
-    cu_seqlens_q: cq.slot, page_table: pt.idx.slot, seqlens_k: sk.slot,
-    rotary_cos: rot ? slotOf(rot.cos, fn, 'options.rotary.cos') : null,
-    rotary_sin: rot ? slotOf(rot.sin, fn, 'options.rotary.sin') : null,
-  };
+  // The slot array itself (indexed by S; out / lse filled in by pagedAttention), not a record of
+  // names for slotArray to turn into one.
+  const slots: SlotValue[] = new Array(PAGED_SLOT_COUNT);
+  slots[S.q] = slotOf(tq, fn, 'q');
+  slots[S.k_cache] = slotOf(c.tk, fn, 'kCache');
+  slots[S.v_cache] = slotOf(c.tv, fn, 'vCache');
+  slots[S.cu_seqlens_q] = cq.slot;
+  slots[S.page_table] = pt.idx.slot;
+  slots[S.seqlens_k] = sk.slot;
+  if (rot) {
+    slots[S.rotary_cos] = slotOf(rot.cos, fn, 'options.rotary.cos');
+    slots[S.rotary_sin] = slotOf(rot.sin, fn, 'options.rotary.sin');
+  }
+  P[F.slot_count] = PAGED_SLOT_COUNT;
   return { tq, H, totalQ, device, out, lse, P, slots };
 }
 

@@ -49,11 +49,14 @@ struct HostProfile {
     return e != nullptr && e[0] == '1';
   }();
   double fill = 0, core = 0, result = 0;
+  double ctx = 0, params = 0, upload = 0;  // parts of fill: the context, FillForward, the index upload
   long calls = 0;
   ~HostProfile() {
     if (!on || calls == 0) return;
     fprintf(stderr, "flash-attention-node host profile: %ld forward / paged CUDA calls, per call: %.2f us before the core call, %.2f us in it, %.2f us after\n",
             calls, fill / calls, core / calls, result / calls);
+    fprintf(stderr, "flash-attention-node host profile: of the part before: %.2f us the context, %.2f us the params and slots, %.2f us the index upload\n",
+            ctx / calls, params / calls, upload / calls);
 #ifdef FA_WITH_CUDA
     double launch_us = 0;
     long launches = 0;
@@ -90,31 +93,42 @@ int FieldInt(const double* f, int i) {
 struct Call {
   Napi::Env env;
   const double* f;
-  Napi::Array slots;
-  uint32_t nslots;
+  uint32_t nslots = 0;
+  // The slot values, each read from JavaScript once (MakeCall): Node-API's element reads cost
+  // 60-90 ns each, and a call's checks look at a slot several times.
+  napi_value vals[FA_NUM_SLOTS] = {};
+  uint32_t present = 0;  // bit s: slot s holds neither undefined nor null
 
   int I(Field i) const { return FieldInt(f, i); }
   double D(Field i) const { return f[i]; }
   Napi::Value S(Slot s) const {
     if (static_cast<uint32_t>(s) >= nslots) return env.Undefined();
-    return slots.Get(static_cast<uint32_t>(s));
+    return Napi::Value(env, vals[s]);
   }
-  bool Has(Slot s) const {
-    Napi::Value v = S(s);
-    return !v.IsUndefined() && !v.IsNull();
-  }
+  bool Has(Slot s) const { return static_cast<uint32_t>(s) < nslots && (present >> s & 1u) != 0; }
 };
+static_assert(FA_NUM_SLOTS <= 32, "Call::present holds a bit per slot");
 
+// Reads the params record at info[first] and the slots: positional arguments info[first + 1 + s]
+// (call: one Node-API call fetched them all with the others), or an array at info[first + 1] (bench).
 Call MakeCall(const Napi::CallbackInfo& info, int first) {
   Napi::Env env = info.Env();
   if (!info[first].IsTypedArray() || info[first].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
     throw Internal(env, "params must be a Float64Array");
   Napi::Float64Array p = info[first].As<Napi::Float64Array>();
   if (p.ElementLength() < FA_NUM_FIELDS) throw Internal(env, "params has too few fields");
-  if (!info[first + 1].IsArray()) throw Internal(env, "slots must be an array");
-  Call c{env, p.Data(), info[first + 1].As<Napi::Array>(), 0};
+  Call c{env, p.Data()};
   const int n = c.I(FA_F_slot_count);
   c.nslots = static_cast<uint32_t>(n < 0 ? 0 : n > FA_NUM_SLOTS ? FA_NUM_SLOTS : n);
+  const bool array = info[first + 1].IsArray();
+  Napi::Array arr = array ? info[first + 1].As<Napi::Array>() : Napi::Array();
+  for (uint32_t i = 0; i < c.nslots; ++i) {
+    napi_value v = array ? static_cast<napi_value>(arr.Get(i)) : static_cast<napi_value>(info[first + 1 + i]);
+    napi_valuetype t = napi_undefined;
+    if (napi_typeof(env, v, &t) != napi_ok) throw Internal(env, "slot type");
+    c.vals[i] = v;
+    if (t != napi_undefined && t != napi_null) c.present |= 1u << i;
+  }
   return c;
 }
 
@@ -162,11 +176,11 @@ Sizes SizesOf(const Call& c, int op) {
 // ---- CPU --------------------------------------------------------------------------------------------
 
 void* HostPtr(const Call& c, Slot s, size_t bytes, bool required) {
-  Napi::Value v = c.S(s);
-  if (v.IsUndefined() || v.IsNull()) {
+  if (!c.Has(s)) {
     if (required) throw Internal(c.env, std::string(kSlotNames[s]) + " is missing");
     return nullptr;
   }
+  Napi::Value v = c.S(s);
   if (!v.IsTypedArray()) throw Internal(c.env, std::string(kSlotNames[s]) + " must be a host typed array");
   Napi::TypedArray t = v.As<Napi::TypedArray>();
   if (t.ByteLength() < bytes)
@@ -334,7 +348,7 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
   // Index arrays: the worker's own copies (CpuWorker::OwnIndex).
   auto index = [&](Slot s, size_t bytes) { return w->OwnIndex(HostPtr(c, s, bytes, true), bytes); };
   try {
-    for (uint32_t i = 0; i < c.nslots; ++i) w->Keep(c.slots.Get(i));
+    for (uint32_t i = 0; i < c.nslots; ++i) w->Keep(c.S(static_cast<Slot>(i)));
     const bool packed = c.Has(FA_S_cu_seqlens_q);
     if (op == FA_OP_forward || op == FA_OP_paged) {
       fa_fwd_params p{};
@@ -489,12 +503,11 @@ struct CudaCall {
   }
   // A device input: the handle's pointer (checking device and size).
   void* In(Slot s, size_t bytes, bool required = true) {
-    Napi::Value v = c.S(s);
-    if (v.IsUndefined() || v.IsNull()) {
+    if (!c.Has(s)) {
       if (required) throw Internal(c.env, std::string(kSlotNames[s]) + " is missing");
       return nullptr;
     }
-    DevAlloc* a = DeviceContext::Unwrap(c.env, v);
+    DevAlloc* a = DeviceContext::Unwrap(c.env, c.S(s));
     if (a == nullptr) throw Napi::TypeError::New(c.env, std::string(kSlotNames[s]) + " is disposed or not a device tensor");
     if (a->ctx != ctx) throw Internal(c.env, std::string(kSlotNames[s]) + " is on another device");
     if (a->bytes < bytes)
@@ -506,8 +519,8 @@ struct CudaCall {
   // spare (a handle of a disposed tensor, which the JS side keeps for reuse): the new allocation
   // is then returned in that handle instead of a new one.
   void* Out(Slot s, size_t bytes) {
+    if (!c.Has(s)) return New(bytes);
     Napi::Value v = c.S(s);
-    if (v.IsUndefined() || v.IsNull()) return New(bytes);
     if (DevAlloc* spare = DeviceContext::UnwrapSpare(c.env, v)) return New(bytes, spare, v);
     return In(s, bytes);
   }
@@ -607,12 +620,12 @@ struct IndexStaging {
   };
   std::vector<Entry> host;
   void Add(CudaCall& cc, Slot s, size_t bytes, const int32_t** dst, bool required = true) {
-    Napi::Value v = cc.c.S(s);
-    if (v.IsUndefined() || v.IsNull()) {
+    if (!cc.c.Has(s)) {
       if (required) throw Internal(cc.c.env, std::string(kSlotNames[s]) + " is missing");
       *dst = nullptr;
       return;
     }
+    Napi::Value v = cc.c.S(s);
     if (v.IsTypedArray()) {
       Napi::TypedArray t = v.As<Napi::TypedArray>();
       if (t.ByteLength() < bytes) throw Internal(cc.c.env, std::string(kSlotNames[s]) + " is too short");
@@ -756,8 +769,10 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
   IndexStaging idx;
   std::string err;
   if (op == FA_OP_forward || op == FA_OP_paged) {
+    const double ta = g_prof.on ? NowUs() : 0;
     fa_fwd_params p{};
     FillForward(cc, idx, op, p);
+    const double tb = g_prof.on ? NowUs() : 0;
     const float* cos = nullptr;
     const float* sin = nullptr;
     fa_rotary_params r{};
@@ -766,6 +781,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
       sin = static_cast<const float*>(cc.In(FA_S_rotary_sin, z.rot));
     }
     idx.Upload(cc);
+    if (g_prof.on) g_prof.ctx += ta - t0, g_prof.params += tb - ta, g_prof.upload += NowUs() - tb;
     if (cos != nullptr) {
       // q rotated at positions seqlens_k[b] - n_b + i into a temporary, then attention on it.
       r.x = p.q;
@@ -866,7 +882,7 @@ Napi::Value CudaCallOp(const Napi::CallbackInfo& info, int op, const Call& c) {
 
 }  // namespace
 
-// call(op, params, slots)
+// call(op, params, slot 0, slot 1, ...): the slots as arguments (MakeCall)
 Napi::Value Call_(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsNumber()) throw Internal(env, "op must be a number");
@@ -938,8 +954,7 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
   const std::string bad = ctx->Unusable();
   if (!bad.empty()) throw Napi::Error::New(env, bad);
   ctx->MakeCurrent();
-  Napi::Array slots = Napi::Array::New(env, 0);
-  Call c{env, f, slots, 0};
+  Call c{env, f};
   CudaCall cc{ctx, c, {}, {}};
   std::vector<const void*> optr(n);
   std::vector<const float*> lptr(n);
@@ -973,7 +988,7 @@ Napi::Value Merge(const Napi::CallbackInfo& info) {
 #endif
 }
 
-// bench(op, params, slots, warmup, reps) -> Promise<Float64Array>: the CUDA call run `warmup` times,
+// bench(op, params, slots[], warmup, reps) -> Promise<Float64Array>: the CUDA call run `warmup` times,
 // then `reps` times with CUDA events around each (all of its kernels), outputs freed after each
 // run; resolves with the per-run milliseconds. Kernel time, for the benchmark's comparison with the
 // public-API time of the same calls.
@@ -1048,6 +1063,8 @@ Napi::Value Layout(const Napi::CallbackInfo& info) {
   // spare_outputs: an output slot may hold a freed handle of ours, which the call fills (CudaCall::Out).
   Napi::Array features = Napi::Array::New(env);
   features.Set(uint32_t(0), "spare_outputs");
+  // slot_args: call(op, params, slot 0, slot 1, ...) takes the slots as arguments (bench: an array).
+  features.Set(uint32_t(1), "slot_args");
   o.Set("features", features);
   return o;
 }

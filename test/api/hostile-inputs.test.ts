@@ -19,6 +19,7 @@ import {
   Tensor, emptyCache, flashAttention, flashAttentionBackward, flashAttentionVarlen, mergeAttention, pagedAttention, synchronize,
 } from '../../lib/index';
 import { native } from '../../lib/native';
+import { checkOptions, optionList } from '../../lib/errors';
 import { disposeAll, Rng, randomTensor } from '../helpers/reference';
 
 /** An array whose element i reads first[i] the first time and later[i] after that. */
@@ -235,5 +236,50 @@ describe('synchronize() / emptyCache() without an argument', () => {
     await expect(emptyCache()).resolves.toBeUndefined();
     const r = await p;
     disposeAll(x, r.out, r.lse);
+  });
+});
+
+// checkOptions reads a list marked by optionList through a compiled reader (one read site per name)
+// and any other list through its loop: the two must read the same properties in the same order, once
+// each, and hand the checks the same values.
+describe('options lists: the compiled reader and the loop agree', () => {
+  const names = ['causal', 'scale', 'window', 'softcap', 'cpu', 'out', 'lse'] as const;
+  const compiled = optionList([...names] as const);
+  const looped = [...names];
+  // Every property read of `target` through a Proxy, in order.
+  const logged = (target: object) => {
+    const log: string[] = [];
+    return { log, proxy: new Proxy(target, { get: (t, k, r) => { log.push(String(k)); return Reflect.get(t, k, r); } }) };
+  };
+  const cases: Array<[string, () => object]> = [
+    ['plain', () => ({ causal: true, scale: 0.5 })],
+    ['none given', () => ({})],
+    ['all given', () => ({ causal: false, scale: 2, window: [1, 2], softcap: 3, cpu: { threads: 1 }, out: 1, lse: 2 })],
+    ['inherited', () => Object.create({ causal: true, softcap: 5 })],
+    ['non-enumerable own', () => Object.defineProperty({ scale: 1 }, 'softcap', { value: 7, enumerable: false })],
+    ['undefined values', () => ({ causal: undefined, scale: 3 })],
+    ['a getter', () => ({ get window() { return [4, 0]; } })],
+  ];
+  it.each(cases)('%s', (_, make) => {
+    const a = logged(make()), b = logged(make());
+    const fromCompiled = checkOptions('f', a.proxy, compiled);
+    const fromLoop = checkOptions('f', b.proxy, looped);
+    expect(a.log).toEqual(b.log);
+    for (const n of names) expect(fromCompiled[n]).toEqual(fromLoop[n]);
+    // nothing given: both hand back the one empty record
+    if (names.every((n) => fromLoop[n] === undefined)) expect(fromCompiled).toBe(fromLoop);
+  });
+  it('an unknown option: the same TypeError from both', () => {
+    const msg = (known: readonly string[]) => { try { checkOptions('f', { causel: true }, known); } catch (e) { return (e as Error).message; } return ''; };
+    expect(msg(compiled)).toMatch(/f: options.causel is not an option \(did you mean options.causal\?\)/);
+    expect(msg(compiled)).toBe(msg(looped));
+  });
+  it('the compiled reader is in use: its record has one shape, every name (undefined where absent)', () => {
+    expect(Object.keys(checkOptions('f', { scale: 1 }, compiled))).toEqual([...names]);
+    expect(Object.keys(checkOptions('f', { scale: 1 }, looped))).toEqual(['scale']);
+  });
+  it('a list with a name that is not an identifier keeps the loop', () => {
+    const odd = optionList(['a-b', 'c'] as const);
+    expect(checkOptions('f', { 'a-b': 1 }, odd)).toEqual({ 'a-b': 1 });
   });
 });
