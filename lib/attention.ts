@@ -99,15 +99,21 @@ function check4d(fn: string, name: string, t: Tensor, bhsd: boolean): void {
 
 // The mask record of a call that gives no mask option, one per head dim (frozen: shared).
 const DEFAULT_MASKS: Array<Readonly<Mask>> = [];
+const CAUSAL_MASKS: Array<Readonly<Mask>> = [];
 
 const FLOAT32_MAX = 3.4028234663852886e38;
 const FLOAT32_MIN_NORMAL = 1.1754943508222875e-38;
 
 /** causal, scale, window, softcap and the CPU tuning options. */
 export function checkMask(fn: string, opts: Readonly<Record<string, unknown>>, D: number): Readonly<Mask> {
-  if (opts.causal === undefined && opts.scale === undefined && opts.window === undefined && opts.softcap === undefined &&
-    opts.cpu === undefined && D > 0) {
-    // No mask option given (most calls): one frozen record per head dim.
+  if ((opts.causal === undefined || opts.causal === true) && opts.scale === undefined && opts.window === undefined &&
+    opts.softcap === undefined && opts.cpu === undefined && D > 0) {
+    // No mask option given, or causal alone (most calls): one frozen record per head dim of each.
+    if (opts.causal === true) {
+      return CAUSAL_MASKS[D] ??= Object.freeze({
+        causal: true, scale: 1 / Math.sqrt(D), softcap: 0, hasWindow: true, left: -1, right: 0, blockM: 0, blockN: 0, threads: 0,
+      });
+    }
     return DEFAULT_MASKS[D] ??= Object.freeze({
       causal: false, scale: 1 / Math.sqrt(D), softcap: 0, hasWindow: false, left: -1, right: -1, blockM: 0, blockN: 0, threads: 0,
     });

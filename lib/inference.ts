@@ -289,7 +289,7 @@ function packedResult(device: number, h: Handle[], q: Tensor, H: number, totalQ:
   let i = 0;
   return new OutLse(
     out ?? wrapDevice(device, h[i++], q.shape, dtype),
-    lse ?? wrapDevice(device, h[i++], [H, totalQ], 'float32'),
+    lse ?? wrapDevice(device, h[i++], Object.freeze([H, totalQ]), 'float32'),  // (frozen: the tensor takes it as it is)
   );
 }
 
@@ -680,10 +680,12 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
     }
   }
   const maxK = checkMaxSeqlen(fn, 'maxSeqlenK', opts.maxSeqlenK, hostMaxK);
-  const lseShape = [H, totalQ];
-  const inputs = rot ? [q, kCache, vCache, rot.cos, rot.sin] : [q, kCache, vCache];
-  const out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
-  const lse = checkOutput(fn, 'options.lse', opts.lse, lseShape, 'float32', device, inputs);
+  let out: Tensor | undefined, lse: Tensor | undefined;
+  if (opts.out !== undefined || opts.lse !== undefined) {  // (no arrays to build for the usual call)
+    const inputs = rot ? [q, kCache, vCache, rot.cos, rot.sin] : [q, kCache, vCache];
+    out = checkOutput(fn, 'options.out', opts.out, q.shape, tq.dtype, device, inputs);
+    lse = checkOutput(fn, 'options.lse', opts.lse, [H, totalQ], 'float32', device, inputs);
+  }
   if (totalQ === 0 || B === 0) return { tq, H, totalQ, device, out, lse, P: null, slots: [] as SlotValue[] };
   const P = baseParams(device, B, H, c.Hkv, D, tq.dtype, mask);
   P[F.seqlen_q] = maxQ;

@@ -18,8 +18,9 @@ import { describe, expect, it } from 'vitest';
 import {
   Tensor, emptyCache, flashAttention, flashAttentionBackward, flashAttentionVarlen, mergeAttention, pagedAttention, synchronize,
 } from '../../lib/index';
-import { native } from '../../lib/native';
+import { OP, S, native } from '../../lib/native';
 import { checkOptions, optionList } from '../../lib/errors';
+import { checkMask } from '../../lib/attention';
 import { disposeAll, Rng, randomTensor } from '../helpers/reference';
 
 /** An array whose element i reads first[i] the first time and later[i] after that. */
@@ -281,5 +282,47 @@ describe('options lists: the compiled reader and the loop agree', () => {
   it('a list with a name that is not an identifier keeps the loop', () => {
     const odd = optionList(['a-b', 'c'] as const);
     expect(checkOptions('f', { 'a-b': 1 }, odd)).toEqual({ 'a-b': 1 });
+  });
+});
+
+// call() takes a call's slots as arguments (slot_args); MakeCall in the binding also reads them from
+// one array (bench's form). Both forms of one recorded CPU call must compute the same result.
+describe('the binding reads slots given as arguments or as one array alike', () => {
+  it('a recorded pagedAttention call replayed in the array form', async () => {
+    const rng = new Rng(11);
+    const q = randomTensor(rng, [3, 4, 16], 'float32').tensor;
+    const kc = randomTensor(rng, [5, 4, 2, 16], 'float32').tensor, vc = randomTensor(rng, [5, 4, 2, 16], 'float32').tensor;
+    const opts = { pageTable: Int32Array.from([4, 1, 3, 0]), seqlensK: Int32Array.from([7, 5]), cuSeqlensQ: Int32Array.from([0, 2, 3]) };
+    const real = native.call;
+    let seen: { op: number; P: Float64Array; slots: unknown[] } | undefined;
+    native.call = ((op: number, P: Float64Array, ...slots: unknown[]) => {
+      seen = { op, P: P.slice(), slots };
+      return (real as (...a: unknown[]) => unknown)(op, P, ...slots);
+    }) as typeof native.call;
+    let r;
+    try {
+      r = await pagedAttention(q, kc, vc, opts);
+    } finally {
+      native.call = real;
+    }
+    expect(seen?.op).toBe(OP.paged);
+    const slots = [...seen!.slots];
+    const out = new Float32Array(3 * 4 * 16), lse = new Float32Array(4 * 3);
+    slots[S.out] = out;
+    slots[S.lse] = lse;
+    await (native.call as unknown as (op: number, P: Float64Array, arr: unknown[]) => Promise<void>)(OP.paged, seen!.P, slots);
+    expect(Array.from(out)).toEqual(Array.from(await r.out.toFloat32Array()));
+    expect(Array.from(lse)).toEqual(Array.from(await r.lse.toFloat32Array()));
+    disposeAll(q, kc, vc, r.out, r.lse);
+  });
+});
+
+describe('the shared mask records equal the checked ones', () => {
+  it.each([8, 64, 128, 256])('D %i: no mask option, causal alone', (D) => {
+    const s = 1 / Math.sqrt(D);
+    expect({ ...checkMask('f', {}, D) }).toEqual({ ...checkMask('f', { scale: s }, D) });
+    expect({ ...checkMask('f', { causal: true }, D) }).toEqual({ ...checkMask('f', { causal: true, scale: s }, D) });
+    expect({ ...checkMask('f', { causal: false }, D) }).toEqual({ ...checkMask('f', { scale: s }, D) });
+    expect(checkMask('f', { causal: true }, D)).toBe(checkMask('f', { causal: true }, D));
   });
 });
