@@ -524,6 +524,15 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
   }
 }
 
+/** appendKV's new keys or values: [totalNew, headsK, headDim] of the cache's heads, dtype and device. */
+function checkNewRows(fn: string, name: string, t: Tensor, cache: Tensor, Hkv: number, D: number): void {
+  check3d(fn, name, t, '[totalNew, headsK, headDim]');
+  if (t.shape[1] !== Hkv) throw rangeError(fn, `${name}.shape[1] (headsK)`, `must equal kCache.shape[2] = ${Hkv}`, t.shape[1]);
+  if (t.shape[2] !== D) throw rangeError(fn, `${name}.shape[2] (headDim)`, `must equal kCache.shape[3] = ${D}`, t.shape[2]);
+  if (t.dtype !== cache.dtype) throw typeError(fn, `${name}.dtype`, `must equal kCache.dtype = '${cache.dtype}'`, t.dtype);
+  if (t.device !== cache.device) throw typeError(fn, `${name}.device`, `must equal kCache.device = '${cache.device}'`, t.device);
+}
+
 /**
  * Writes new keys / values of each sequence into a paged cache after its seqlensBefore[b] tokens:
  * k, v [totalNew, Hkv, D] packed by cuSeqlensNew. With rotary, k is rotated at its positions first.
@@ -538,13 +547,8 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
   if (c.tv === c.tk) throw typeError(fn, 'vCache', 'must be a different tensor from kCache (appendKV writes both)', 'the same Tensor', true);
   const tk = checkTensorArg(fn, 'k', k);
   const tv = checkTensorArg(fn, 'v', v);
-  for (const [name, t] of [['k', tk], ['v', tv]] as const) {
-    check3d(fn, name, t, '[totalNew, headsK, headDim]');
-    if (t.shape[1] !== c.Hkv) throw rangeError(fn, `${name}.shape[1] (headsK)`, `must equal kCache.shape[2] = ${c.Hkv}`, t.shape[1]);
-    if (t.shape[2] !== c.D) throw rangeError(fn, `${name}.shape[2] (headDim)`, `must equal kCache.shape[3] = ${c.D}`, t.shape[2]);
-    if (t.dtype !== c.tk.dtype) throw typeError(fn, `${name}.dtype`, `must equal kCache.dtype = '${c.tk.dtype}'`, t.dtype);
-    if (t.device !== c.tk.device) throw typeError(fn, `${name}.device`, `must equal kCache.device = '${c.tk.device}'`, t.device);
-  }
+  checkNewRows(fn, 'k', tk, c.tk, c.Hkv, c.D);
+  checkNewRows(fn, 'v', tv, c.tk, c.Hkv, c.D);
   if (tv.shape[0] !== tk.shape[0]) throw rangeError(fn, 'v.shape[0]', `must equal k.shape[0] = ${tk.shape[0]}`, tv.shape[0]);
   const totalNew = tk.shape[0];
   const device = deviceIndex(c.tk);
