@@ -98,6 +98,9 @@ const readers = new WeakMap<readonly string[], OptionsReader>();
  * be generated (node --disallow-code-generation-from-strings) the list keeps the loop.
  */
 export function optionList<T extends readonly string[]>(known: T): T {
+  // (a name that every object inherits would count as given on every call, in the loop too)
+  const inherited = known.find((k) => k in Object.prototype);
+  if (inherited !== undefined) throw new Error(`flash-attention-node: internal: option name '${inherited}' is an Object.prototype member`);
   if (known.every((k) => /^[A-Za-z_$][\w$]*$/.test(k) && k !== '__proto__')) {
     try {
       const fields = known.map((k) => `this.${k} = undefined;`).join(' ');

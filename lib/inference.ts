@@ -706,7 +706,7 @@ function pagedCall(fn: string, q: Tensor, kCache: Tensor, vCache: Tensor, option
   if (rot) fillRotary(P, rot);
   // The slot array itself (indexed by S; out / lse filled in by pagedAttention), not a record of
   // names for slotArray to turn into one.
-  const slots: SlotValue[] = new Array(PAGED_SLOT_COUNT);
+  const slots: SlotValue[] = new Array<SlotValue>(PAGED_SLOT_COUNT).fill(null);  // (dense: see slotArray)
   slots[S.q] = slotOf(tq, fn, 'q');
   slots[S.k_cache] = slotOf(c.tk, fn, 'kCache');
   slots[S.v_cache] = slotOf(c.tv, fn, 'vCache');

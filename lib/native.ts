@@ -90,6 +90,7 @@ if (layout.slots.length > 20) {
   throw new Error(`flash-attention-node: the native addon has ${layout.slots.length} slots, callSlots passes 20: extend callSlots`);
 }
 const NUM_FIELDS = layout.fields.length;
+const NUM_SLOTS = layout.slots.length;
 
 // One params record serves every call: the binding copies what it needs before it returns (CPU
 // work gets its own copy of the fields before it is queued), so the record can be reused; a typed
@@ -111,11 +112,15 @@ export function callSlots(op: number, params: Float64Array, a: SlotValue[]): Pro
     a[14], a[15], a[16], a[17], a[18], a[19]);
 }
 
-/** A slot array with `slots` set; slot_count set in `params` to cover the highest one. */
+/**
+ * A slot array with `slots` (own keys) set; slot_count set in `params` to cover the highest one. Dense,
+ * null where a slot is not given: a hole would read through the prototype chain (a polluted
+ * Array.prototype[i] taken for slot i).
+ */
 export function slotArray(params: Float64Array, slots: Partial<Record<SlotName, SlotValue>>): SlotValue[] {
-  const arr: SlotValue[] = [];
+  const arr: SlotValue[] = new Array<SlotValue>(NUM_SLOTS).fill(null);
   let n = 0;
-  for (const name in slots) {
+  for (const name of Object.keys(slots)) {
     const v = slots[name as SlotName];
     if (v === undefined || v === null) continue;
     const i = S[name as SlotName];

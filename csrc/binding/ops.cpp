@@ -112,7 +112,7 @@ struct Call {
     const uint32_t bit = 1u << s;
     if ((known & bit) == 0) {
       napi_valuetype t = napi_undefined;
-      if (napi_typeof(env, vals[s], &t) != napi_ok) throw Napi::TypeError::New(env, "internal: slot type");
+      if (napi_typeof(env, vals[s], &t) != napi_ok) throw Internal(env, "slot type");
       known |= bit;
       if (t != napi_undefined && t != napi_null) present |= bit;
     }
@@ -122,8 +122,10 @@ struct Call {
 static_assert(FA_NUM_SLOTS <= 32, "Call::known / present hold a bit per slot");
 
 // Reads the params record at info[first] and the slots: positional arguments info[first + 1 + s]
-// (call: one Node-API call fetched them all with the others), or an array at info[first + 1] (bench).
-Call MakeCall(const Napi::CallbackInfo& info, int first) {
+// (call: one Node-API call fetched them all with the others), or, with `array`, the elements of the
+// array at info[first + 1] (bench). The form is the caller's, never guessed from the values: an
+// array in slot 0 is a bad slot value, not a slot list.
+Call MakeCall(const Napi::CallbackInfo& info, int first, bool array) {
   Napi::Env env = info.Env();
   if (!info[first].IsTypedArray() || info[first].As<Napi::TypedArray>().TypedArrayType() != napi_float64_array)
     throw Internal(env, "params must be a Float64Array");
@@ -132,7 +134,7 @@ Call MakeCall(const Napi::CallbackInfo& info, int first) {
   Call c{env, p.Data()};
   const int n = c.I(FA_F_slot_count);
   c.nslots = static_cast<uint32_t>(n < 0 ? 0 : n > FA_NUM_SLOTS ? FA_NUM_SLOTS : n);
-  const bool array = info[first + 1].IsArray();
+  if (array && !info[first + 1].IsArray()) throw Internal(env, "slots must be an array");
   Napi::Array arr = array ? info[first + 1].As<Napi::Array>() : Napi::Array();
   for (uint32_t i = 0; i < c.nslots; ++i)
     c.vals[i] = array ? static_cast<napi_value>(arr.Get(i)) : static_cast<napi_value>(info[first + 1 + i]);
@@ -895,7 +897,7 @@ Napi::Value Call_(const Napi::CallbackInfo& info) {
   if (!info[0].IsNumber()) throw Internal(env, "op must be a number");
   const int op = info[0].As<Napi::Number>().Int32Value();
   if (op < 0 || op >= FA_NUM_OPS) throw Internal(env, "unknown op");
-  Call c = MakeCall(info, 1);
+  Call c = MakeCall(info, 1, /*array=*/false);
   if (c.I(FA_F_device) < 0) return CpuCall(info, op, c);
 #ifdef FA_WITH_CUDA
   return CudaCallOp(info, op, c);
@@ -1003,7 +1005,7 @@ Napi::Value Bench(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
 #ifdef FA_WITH_CUDA
   const int op = info[0].As<Napi::Number>().Int32Value();
-  Call c = MakeCall(info, 1);
+  Call c = MakeCall(info, 1, /*array=*/true);
   const int warmup = info[3].As<Napi::Number>().Int32Value();
   const int reps = std::max(1, info[4].As<Napi::Number>().Int32Value());
   DeviceContext* ctx = DeviceContext::Get(env, c.I(FA_F_device));

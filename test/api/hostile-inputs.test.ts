@@ -18,7 +18,7 @@ import { describe, expect, it } from 'vitest';
 import {
   Tensor, emptyCache, flashAttention, flashAttentionBackward, flashAttentionVarlen, mergeAttention, pagedAttention, synchronize,
 } from '../../lib/index';
-import { OP, S, native } from '../../lib/native';
+import { F, OP, S, native } from '../../lib/native';
 import { checkOptions, optionList } from '../../lib/errors';
 import { checkMask } from '../../lib/attention';
 import { disposeAll, Rng, randomTensor } from '../helpers/reference';
@@ -285,10 +285,11 @@ describe('options lists: the compiled reader and the loop agree', () => {
   });
 });
 
-// call() takes a call's slots as arguments (slot_args); MakeCall in the binding also reads them from
-// one array (bench's form). Both forms of one recorded CPU call must compute the same result.
-describe('the binding reads slots given as arguments or as one array alike', () => {
-  it('a recorded pagedAttention call replayed in the array form', async () => {
+// call() takes a call's slots as arguments (slot_args; bench alone passes one array). A recorded CPU
+// call replayed through the binding computes the same result; an array where slot 0 belongs is a bad
+// slot value, never read as the slot list.
+describe('call() reads its slots from its arguments', () => {
+  it('a recorded pagedAttention call, replayed; an array in slot 0 refused', async () => {
     const rng = new Rng(11);
     const q = randomTensor(rng, [3, 4, 16], 'float32').tensor;
     const kc = randomTensor(rng, [5, 4, 2, 16], 'float32').tensor, vc = randomTensor(rng, [5, 4, 2, 16], 'float32').tensor;
@@ -306,14 +307,21 @@ describe('the binding reads slots given as arguments or as one array alike', () 
       native.call = real;
     }
     expect(seen?.op).toBe(OP.paged);
+    expect(seen!.slots.length).toBe(20);
+    expect(seen!.slots.slice(0, seen!.P[F.slot_count]).every((v) => v !== undefined)).toBe(true);  // dense: null where absent
     const slots = [...seen!.slots];
     const out = new Float32Array(3 * 4 * 16), lse = new Float32Array(4 * 3);
     slots[S.out] = out;
     slots[S.lse] = lse;
-    await (native.call as unknown as (op: number, P: Float64Array, arr: unknown[]) => Promise<void>)(OP.paged, seen!.P, slots);
+    const replay = native.call as unknown as (...a: unknown[]) => Promise<void>;
+    await replay(OP.paged, seen!.P, ...slots);
     expect(Array.from(out)).toEqual(Array.from(await r.out.toFloat32Array()));
     expect(Array.from(lse)).toEqual(Array.from(await r.lse.toFloat32Array()));
+    expect(() => replay(OP.paged, seen!.P, slots)).toThrow(/internal: q must be a host typed array/);
     disposeAll(q, kc, vc, r.out, r.lse);
+  });
+  it('a name every object inherits cannot be an option list entry', () => {
+    expect(() => optionList(['causal', 'toString'] as const)).toThrow(/'toString' is an Object.prototype member/);
   });
 });
 
