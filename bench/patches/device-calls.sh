@@ -6,7 +6,12 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (forty-ninth session): `HB=new4 ST=300 bash bench/patches/device-calls.sh gt` (the GPU suite on cef3f2c's
+# NEXT (fiftieth session): `HB=ab ST=300 bash bench/patches/device-calls.sh gt` with .devbin/ab/addon.xz = 2a66b44's
+# 90a build (the GPU suite on the review follow-up of the host-cost change; dfda9be's passed, 1406 + 27), carry
+# [".gpu", "dist", ".devbin/ab"]; then `pt` and `hp` on the H200 when it is lent (HB=ab). `scripts/host-prof.js`
+# (FA_DIST / FA_ADDON_PATH for an older build in turns) reads the per-call host cost.
+#
+# (forty-ninth session's plan:) `HB=new4 ST=300 bash bench/patches/device-calls.sh gt` (the GPU suite on cef3f2c's
 # TypeScript and binding: inputs read once, frozen tensors, the storage accessor moved; .devbin/new4 = cef3f2c's 90a
 # build, all head dims; carry [".gpu", "dist", ".devbin/new4"]), then `HB=new4 YEND=330 ... pt` (page 1 against page 16
 # in turns, issue 11's benches), then `HB=new4 YEND=500 ... hp` on the H200 (the forty-eighth session's hp ran on an
