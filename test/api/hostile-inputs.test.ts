@@ -16,7 +16,7 @@
 import * as vm from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import {
-  Tensor, emptyCache, flashAttention, flashAttentionBackward, flashAttentionVarlen, mergeAttention, pagedAttention, synchronize,
+  Tensor, appendKV, emptyCache, flashAttention, flashAttentionBackward, flashAttentionVarlen, mergeAttention, pagedAttention, synchronize,
 } from '../../lib/index';
 import { F, OP, S, native } from '../../lib/native';
 import { checkOptions, optionList } from '../../lib/errors';
@@ -332,5 +332,62 @@ describe('the shared mask records equal the checked ones', () => {
     expect({ ...checkMask('f', { causal: true }, D) }).toEqual({ ...checkMask('f', { causal: true, scale: s }, D) });
     expect({ ...checkMask('f', { causal: false }, D) }).toEqual({ ...checkMask('f', { scale: s }, D) });
     expect(checkMask('f', { causal: true }, D)).toBe(checkMask('f', { causal: true }, D));
+  });
+});
+
+// The binding's own checks of what call() is given (lib/ never passes these: they are the second line,
+// behind the TypeScript checks): recorded CPU calls replayed with slots of the wrong kind or size and
+// with odd slot counts must throw or reject, never crash the process or write past an array.
+describe('call(): slots of the wrong kind or size are refused by the binding', () => {
+  it('400 mutated replays of recorded forward, pagedAttention and appendKV calls', async () => {
+    const rng = new Rng(21);
+    const rand = (n: number) => Math.floor(rng.uniform() * n);
+    const q = randomTensor(rng, [1, 5, 2, 8], 'float32').tensor, kv = randomTensor(rng, [1, 5, 1, 8], 'float32').tensor;
+    const pq = randomTensor(rng, [2, 2, 8], 'float32').tensor;
+    const kc = randomTensor(rng, [3, 4, 1, 8], 'float32').tensor, vc = randomTensor(rng, [3, 4, 1, 8], 'float32').tensor;
+    const nk = randomTensor(rng, [2, 1, 8], 'float32').tensor;
+    const idx = { pageTable: Int32Array.from([2, 0]), cuSeqlensQ: Int32Array.from([0, 1, 2]) };
+    const recorded: Array<{ op: number; P: Float64Array; slots: unknown[] }> = [];
+    const real = native.call;
+    native.call = ((op: number, P: Float64Array, ...slots: unknown[]) => {
+      recorded.push({ op, P: P.slice(), slots });
+      return (real as (...a: unknown[]) => unknown)(op, P, ...slots);
+    }) as typeof native.call;
+    const made: Tensor[] = [];
+    try {
+      const f = await flashAttention(q, kv, kv);
+      const p = await pagedAttention(pq, kc, vc, { ...idx, seqlensK: Int32Array.from([3, 4]) });
+      await appendKV(kc, vc, nk, nk, { pageTable: idx.pageTable, cuSeqlensNew: Int32Array.from([0, 1, 2]), seqlensBefore: Int32Array.from([2, 3]) });
+      made.push(f.out, f.lse, p.out, p.lse);
+    } finally {
+      native.call = real;
+    }
+    expect(recorded.map((r) => r.op)).toEqual([OP.forward, OP.paged, OP.append_kv]);
+    const junk: Array<() => unknown> = [
+      () => undefined, () => null, () => 0, () => 'q', () => ({}), () => [], () => [new Float32Array(4)], () => () => 1,
+      () => Symbol('s'), () => 1n, () => true, () => new Float32Array(1), () => new Int32Array(0), () => new Uint8Array(3),
+      () => new Float64Array(2), () => new DataView(new ArrayBuffer(8)),
+    ];
+    const call = real as unknown as (...a: unknown[]) => unknown;
+    let refused = 0, ran = 0;
+    for (let it = 0; it < 400; it++) {
+      const r = recorded[it % recorded.length];
+      const P = r.P.slice();
+      // fresh outputs of the recorded sizes (the recorded ones stay as computed)
+      const slots = r.slots.map((v) => (v instanceof Float32Array ? new Float32Array(v.length) : v instanceof Int32Array ? Int32Array.from(v) : v));
+      const m = 1 + rand(3);
+      for (let j = 0; j < m; j++) slots[rand(20)] = junk[rand(junk.length)]();
+      if (rand(8) === 0) P[F.slot_count] = [-5, 0, 3, 25, NaN, 1e10][rand(6)];
+      try {
+        await call(r.op, P, ...slots);
+        ran++;
+      } catch (e) {
+        expect(e).toBeInstanceOf(Error);
+        refused++;
+      }
+    }
+    expect(refused).toBeGreaterThan(100);
+    expect(ran).toBeGreaterThan(0);  // (junk in slots a call does not read, or nulls where a slot is optional)
+    disposeAll(q, kv, pq, kc, vc, nk, ...made);
   });
 });
