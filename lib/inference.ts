@@ -461,7 +461,10 @@ const kKeptSlots = 1 << 16;
  * page in a hash table at most half full (Fibonacci hashing: the product's high bits, so that
  * pages a fixed stride apart spread; linear probing). A decode step of 64 sequences costs < 1 us.
  * A range is compared with the earlier ranges of its page, which are few unless many sequences
- * write rows of one page (8192 sequences writing one large page: 79 ms).
+ * write rows of one page; where those comparisons pass 16 per range and 4096 in all, the call is
+ * checked again by sorting its ranges by page and first row instead (8192 sequences writing one
+ * large page: 79 ms by comparisons, a few by the sort). Both report a row written twice; the sort
+ * may name another such pair than the first in table order.
  */
 function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageSize: number, before: Int32Array,
   cu: Int32Array): void {
@@ -490,7 +493,7 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
     }
     stamp = rowsStamp;
   }
-  let n = 0;
+  let n = 0, compared = 0;
   for (let b = 0; b < B; b++) {
     const start = before[b], end = start + cu[b + 1] - cu[b];
     if (end === start) continue;
@@ -502,11 +505,10 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
       let prev = -1;
       if (mark[slot] === stamp) {
         for (let r = newest[slot]; r >= 0; r = ranges[r + 4]) {
-          if (lo < ranges[r + 3] && ranges[r + 2] < hi) {
-            const b2 = ranges[r], j2 = ranges[r + 1], row = Math.max(lo, ranges[r + 2]);
-            const whose = b2 === b ? `this sequence's pageTable[${b}][${j2}]` : `sequence ${b2}'s pageTable[${b2}][${j2}]`;
-            throw rangeError(fn, `options.pageTable[${b}][${j}]`,
-              `must not name a page whose rows another new token writes too (row ${row} of page ${pg} is also written through ${whose})`, pg);
+          if (lo < ranges[r + 3] && ranges[r + 2] < hi) rowWrittenTwice(fn, pg, b, j, ranges[r], ranges[r + 1], Math.max(lo, ranges[r + 2]));
+          if (++compared > 4096 && compared > 16 * (n / 5 + 1)) {
+            checkWrittenRowsSorted(fn, table, maxPages, pageSize, before, cu, most);
+            return;
           }
         }
         prev = newest[slot];
@@ -531,6 +533,50 @@ function checkNewRows(fn: string, name: string, t: Tensor, cache: Tensor, Hkv: n
   if (t.shape[2] !== D) throw rangeError(fn, `${name}.shape[2] (headDim)`, `must equal kCache.shape[3] = ${D}`, t.shape[2]);
   if (t.dtype !== cache.dtype) throw typeError(fn, `${name}.dtype`, `must equal kCache.dtype = '${cache.dtype}'`, t.dtype);
   if (t.device !== cache.device) throw typeError(fn, `${name}.device`, `must equal kCache.device = '${cache.device}'`, t.device);
+}
+
+/** The RangeError of a cache row that two new tokens write: range (b, j) of page pg, and range (b2, j2) before it. */
+function rowWrittenTwice(fn: string, pg: number, b: number, j: number, b2: number, j2: number, row: number): never {
+  const whose = b2 === b ? `this sequence's pageTable[${b}][${j2}]` : `sequence ${b2}'s pageTable[${b2}][${j2}]`;
+  throw rangeError(fn, `options.pageTable[${b}][${j}]`,
+    `must not name a page whose rows another new token writes too (row ${row} of page ${pg} is also written through ${whose})`, pg);
+}
+
+/**
+ * checkWrittenRows by sorting: every range of new rows (at most `most`) ordered by page and first row;
+ * within a page, a range that starts before the furthest end so far overlaps the range that reached
+ * it. O(ranges log ranges) however many ranges share a page.
+ */
+function checkWrittenRowsSorted(fn: string, table: Int32Array, maxPages: number, pageSize: number, before: Int32Array,
+  cu: Int32Array, most: number): void {
+  const B = cu.length - 1;
+  const pg = new Int32Array(most), lo = new Int32Array(most), hi = new Int32Array(most), seq = new Int32Array(most), col = new Int32Array(most);
+  let n = 0;
+  for (let b = 0; b < B; b++) {
+    const start = before[b], end = start + cu[b + 1] - cu[b];
+    if (end === start) continue;
+    for (let j = Math.floor(start / pageSize); j * pageSize < end; j++, n++) {
+      pg[n] = table[b * maxPages + j];
+      lo[n] = Math.max(start - j * pageSize, 0);
+      hi[n] = Math.min(end - j * pageSize, pageSize);
+      seq[n] = b;
+      col[n] = j;
+    }
+  }
+  const order = Array.from({ length: n }, (_, i) => i).sort((x, y) => pg[x] - pg[y] || lo[x] - lo[y] || x - y);
+  for (let k = 1, reach = order[0]; k < n; k++) {
+    const i = order[k];
+    if (pg[i] !== pg[reach]) {
+      reach = i;
+      continue;
+    }
+    if (lo[i] < hi[reach]) {
+      // name the range later in table order, as the comparisons do
+      const [late, early] = i > reach ? [i, reach] : [reach, i];
+      rowWrittenTwice(fn, pg[i], seq[late], col[late], seq[early], col[early], lo[i]);
+    }
+    if (hi[i] > hi[reach]) reach = i;
+  }
 }
 
 /**

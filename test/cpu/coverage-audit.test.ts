@@ -583,6 +583,66 @@ describe('CPU audit errors: appendKV (host-checked index arrays; nothing written
     // both outcomes well represented
     expect(Math.min(refused, accepted)).toBeGreaterThan(50);
   });
+
+  it('many sequences writing rows of one page (the sorted check): refused exactly when a row repeats', async () => {
+    // Hundreds of one- to three-token ranges on each of two large pages pass checkWrittenRows' budget of
+    // comparisons, so these calls are checked by sorting their ranges.
+    const rng = new Rng(4242);
+    const P = 1024, numPages = 2;
+    const kc = await Tensor.zeros([numPages, P, 1, 8]), vc = await Tensor.zeros([numPages, P, 1, 8]);
+    let refused = 0, accepted = 0;
+    for (let c = 0; c < 40; c++) {
+      const B = rng.int(200, 400);
+      const clash = c % 2 === 0;  // half the cases: every sequence's rows its own; the others: one row twice
+      const table = new Int32Array(B), before = new Int32Array(B), cu = new Int32Array(B + 1);
+      const used = [new Set<number>(), new Set<number>()];
+      for (let b = 0; b < B; b++) {
+        const page = rng.int(0, 1), n = rng.int(0, 3);
+        let start = rng.int(0, P - n);
+        for (let tries = 0; tries < 50 && [...Array(n).keys()].some((i) => used[page].has(start + i)); tries++) start = rng.int(0, P - n);
+        for (let i = 0; i < n; i++) used[page].add(start + i);
+        table[b] = page;
+        before[b] = start;
+        cu[b + 1] = cu[b] + n;
+      }
+      const rows: number[] = [];
+      for (let b = 0; b < B; b++) for (let t = before[b]; t < before[b] + cu[b + 1] - cu[b]; t++) rows.push(table[b] * P + t);
+      if (clash) {  // one sequence's first new token moved onto a row another writes
+        const b = Array.from({ length: B }, (_, i) => i).find((i) => cu[i + 1] > cu[i] && i > 0)!;
+        const other = rows[rng.int(0, rows.length - 1)];
+        table[b] = Math.floor(other / P);
+        before[b] = Math.min(other % P, P - (cu[b + 1] - cu[b]));
+      }
+      const rowsNow: number[] = [];
+      for (let b = 0; b < B; b++) for (let t = before[b]; t < before[b] + cu[b + 1] - cu[b]; t++) rowsNow.push(table[b] * P + t);
+      const twice = new Set(rowsNow).size < rowsNow.length;
+      const k = f32([rowsNow.length, 1, 8], 900 + c), v = f32([rowsNow.length, 1, 8], 950 + c);
+      const call = appendKV(kc, vc, k, v, { pageTable: table, cuSeqlensNew: cu, seqlensBefore: before });
+      if (twice) {
+        await expect(call).rejects.toThrow(/^appendKV: options\.pageTable\[\d+\]\[0\] must not name a page whose rows another new token writes too \(row \d+ of page [01] is also written through/);
+        refused++;
+      } else {
+        await call;
+        accepted++;
+      }
+      disposeAll(k, v);
+    }
+    expect(Math.min(refused, accepted)).toBeGreaterThan(10);
+    // 8192 one-token sequences on one page of 8192 rows, all rows distinct, then one row twice
+    const big = 8192;
+    const kb = await Tensor.zeros([1, big, 1, 8]), vb = await Tensor.zeros([1, big, 1, 8]);
+    const kn = f32([big, 1, 8], 7), vn = f32([big, 1, 8], 8);
+    const order = Int32Array.from({ length: big }, (_, i) => (i * 4099) % big);  // every row once, shuffled
+    const opts = { pageTable: new Int32Array(big), cuSeqlensNew: Int32Array.from({ length: big + 1 }, (_, i) => i), seqlensBefore: order };
+    await appendKV(kb, vb, kn, vn, opts);
+    const got = await toF64(kb), want = await toF64(kn);
+    expect(Array.from(order).every((row, b) => got[row * 8] === want[b * 8])).toBe(true);
+    const twiceOrder = order.slice();
+    twiceOrder[5000] = twiceOrder[17];
+    await expect(appendKV(kb, vb, kn, vn, { ...opts, seqlensBefore: twiceOrder })).rejects.toThrow(
+      new RegExp(`options\\.pageTable\\[5000\\]\\[0\\] must not name a page whose rows another new token writes too \\(row ${order[17]} of page 0 is also written through sequence 17's`));
+    disposeAll(kc, vc, kb, vb, kn, vn);
+  });
 });
 
 describe('CPU audit errors: pagedAttention', () => {
