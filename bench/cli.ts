@@ -416,8 +416,8 @@ async function varlenBench(apiMs: number): Promise<string[]> {
 
 // ---- serving loop -----------------------------------------------------------------------------------
 
-async function serveBench(): Promise<string[]> {
-  const layers = 32, seqs = 64, H = 32, Hkv = 8, D = 128, page = 16;
+async function serveBench(seqs: number): Promise<string[]> {
+  const layers = 32, H = 32, Hkv = 8, D = 128, page = 16;
   const maxLen = 4096;
   const pagesPerLayer = Math.ceil((seqs * maxLen) / page) + seqs;
   const kc: Tensor[] = [], vc: Tensor[] = [];
@@ -488,7 +488,7 @@ async function serveBench(): Promise<string[]> {
   const host = await loop(true);
   [...kc, ...vc, q, kn, vn, cuD].forEach((t) => t.dispose());
   const line = (r: { ms: number }) => `${((r.ms * 1000) / layers).toFixed(1)} us per layer-step (appendKV + pagedAttention), ${(seqs / (r.ms / 1000)).toFixed(0)} tokens/s`;
-  return [`Serving loop (64 sequences, 32 layers, GQA 32/8 D128 fp16, page 16; mean context ${dev.avgCtx.toFixed(0)} tokens): ` + line(dev),
+  return [`Serving loop (${seqs} sequence${seqs === 1 ? '' : 's'}, 32 layers, GQA 32/8 D128 fp16, page 16; mean context ${dev.avgCtx.toFixed(0)} tokens): ` + line(dev),
     `  the same loop with Int32Array index arrays passed to every call (each call copies them): ` + line(host)];
 }
 
@@ -720,7 +720,7 @@ async function main() {
     }
   }
   if (args.varlen) extra.push('', ...(await varlenBench(apiMs)));
-  if (args.serve) extra.push('', ...(await serveBench()));
+  if (args.serve || args['serve-seqs']) for (const seqs of list(args['serve-seqs'], '64').map(Number)) extra.push('', ...(await serveBench(seqs)));
   for (const l of extra) console.log(l);
   fs.writeFileSync(path.join(outDir, 'results.json'), JSON.stringify({ header, rows, decode: decodeRows, extra, clocks: clockRows }, null, 1));
   fs.writeFileSync(path.join(outDir, 'table.md'), header + '\n\n' + [...lines, ...clockLines].join('\n') + '\n' + extra.join('\n') + '\n');

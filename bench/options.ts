@@ -16,6 +16,8 @@ export const USAGE = `  npm run bench -- [--dtype fp16,bf16] [--hdim 64,128,256]
              at equal work, and the same through a paged cache (pagedAttention)
   --serve    a serving loop: 64 sequences of random lengths, each step appends one token per
              sequence and runs pagedAttention for 32 layers; finished sequences free their pages
+             (--serve-seqs 1,64: the loop once per batch size; one sequence is bound by the host's
+             per-call cost, a token's 64 calls)
   --help     this text`;
 
 // The options: those that take a value (each with its check, which returns what was expected, or ''
@@ -37,6 +39,7 @@ const VALUE_OPTIONS: Record<string, (v: string) => string> = {
   out: (v) => (v.length ? '' : 'must be a directory'),
   grid: oneOf('on', 'off'),
   'decode-splits': posInts('a list of positive integers'),
+  'serve-seqs': posInts('a list of positive integers (sequences per step)'),
   'decode-cells': (v) => (v.split(',').map((c) => c.trim()).every((c) => /^\d+x\d+(x\d+)?$/.test(c) && c.split('x').every((x) => Number(x) > 0))
     ? '' : 'must be a list of BxN or BxNxPAGE cells (positive integers), e.g. 16x4096x16'),
 };

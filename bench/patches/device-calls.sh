@@ -182,7 +182,7 @@ case "${1:-w}" in
       timeout 90 node scripts/decode-page-turns.js 2>&1 | sed "s/^/pass $pass: /" | tee -a "$OUT/pt/page-turns.log"
     done
     log "page turns done"
-    timeout $(( ${YEND:-400} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --compare torch \
+    timeout $(( ${YEND:-400} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --serve-seqs 1,64 --compare torch \
       --out "$OUT/pt/inf" > "$OUT/pt/inference-bench.log" 2>&1
     log "inference benches rc=$?"
     cp "$OUT/calls.log" "$OUT/pt/"; tar -C "$OUT" -cJf "$OUT/pt.tar.xz" pt && rm -rf "$OUT/pt" ;;

@@ -14,11 +14,11 @@ describe('bench options', () => {
   it('takes the documented options, values in either form', () => {
     expect(parseArgs(['--dtype', 'fp16,bf16', '--hdim=64,128', '--causal', 'on', '--seqlen', '512, 1024', '--dir', 'fwd,bwd',
       '--compare', 'torch', '--reps', '30', '--warmup', '0', '--api-ms', '150', '--out', '/tmp/x', '--grid', 'off',
-      '--decode', '--decode-splits', '1,2,4', '--decode-cells', '16x4096x16,1x16384', '--varlen', '--serve', '--fp32', '--quick',
+      '--decode', '--decode-splits', '1,2,4', '--decode-cells', '16x4096x16,1x16384', '--varlen', '--serve', '--serve-seqs', '1,64', '--fp32', '--quick',
       '--overhead', '--deterministic', '--torch-burst-only'])).toEqual({
       dtype: 'fp16,bf16', hdim: '64,128', causal: 'on', seqlen: '512, 1024', dir: 'fwd,bwd', compare: 'torch', reps: '30',
       warmup: '0', 'api-ms': '150', out: '/tmp/x', grid: 'off', decode: true, 'decode-splits': '1,2,4',
-      'decode-cells': '16x4096x16,1x16384', varlen: true, serve: true, fp32: true, quick: true, overhead: true,
+      'decode-cells': '16x4096x16,1x16384', varlen: true, serve: true, 'serve-seqs': '1,64', fp32: true, quick: true, overhead: true,
       deterministic: true, 'torch-burst-only': true,
     });
     expect(parseArgs([])).toEqual({});
@@ -33,6 +33,7 @@ describe('bench options', () => {
       [['foo'], /^unexpected argument 'foo' \(options start with --\)$/],
       [['--seqlen', 'abc'], /^--seqlen must be a list of positive integers, got 'abc'$/],
       [['--seqlen', '512,0'], /^--seqlen must be a list of positive integers, got '512,0'$/],
+      [['--serve-seqs', '0'], /^--serve-seqs must be a list of positive integers \(sequences per step\), got '0'$/],
       [['--reps', '-1'], /^--reps must be a positive integer, got '-1'$/],
       [['--reps', '2.5'], /^--reps must be a positive integer, got '2.5'$/],
       [['--warmup', 'NaN'], /^--warmup must be an integer >= 0, got 'NaN'$/],
@@ -60,7 +61,7 @@ describe('bench options', () => {
 
   it('its usage lists every option it takes', () => {
     for (const o of ['dtype', 'hdim', 'causal', 'seqlen', 'dir', 'compare', 'reps', 'warmup', 'api-ms', 'out', 'fp32', 'overhead',
-      'quick', 'deterministic', 'decode', 'decode-splits', 'decode-cells', 'varlen', 'serve', 'grid', 'torch-burst-only', 'help']) {
+      'quick', 'deterministic', 'decode', 'decode-splits', 'decode-cells', 'varlen', 'serve', 'serve-seqs', 'grid', 'torch-burst-only', 'help']) {
       expect(USAGE, o).toContain(`--${o}`);
     }
   });
