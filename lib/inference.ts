@@ -13,7 +13,7 @@ import {
   slotOf, type Mask, type MaskOptions,
 } from './attention';
 import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
-import { F, OP, S, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
+import { F, OP, S, native, newParams, type Handle, type HostArray, type SlotValue } from './native';
 import { copyTyped, typedArrayKind } from './typed';
 import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, storageOf, wrapDevice, wrapHost, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
