@@ -108,14 +108,11 @@ const FLOAT32_MIN_NORMAL = 1.1754943508222875e-38;
 export function checkMask(fn: string, opts: Readonly<Record<string, unknown>>, D: number): Readonly<Mask> {
   if ((opts.causal === undefined || opts.causal === true) && opts.scale === undefined && opts.window === undefined &&
     opts.softcap === undefined && opts.cpu === undefined && D > 0) {
-    // No mask option given, or causal alone (most calls): one frozen record per head dim of each.
-    if (opts.causal === true) {
-      return CAUSAL_MASKS[D] ??= Object.freeze({
-        causal: true, scale: 1 / Math.sqrt(D), softcap: 0, hasWindow: true, left: -1, right: 0, blockM: 0, blockN: 0, threads: 0,
-      });
-    }
-    return DEFAULT_MASKS[D] ??= Object.freeze({
-      causal: false, scale: 1 / Math.sqrt(D), softcap: 0, hasWindow: false, left: -1, right: -1, blockM: 0, blockN: 0, threads: 0,
+    // No mask option given, or causal alone (most calls): one frozen record per head dim of each,
+    // as the checks below would make it.
+    const causal = opts.causal === true;
+    return (causal ? CAUSAL_MASKS : DEFAULT_MASKS)[D] ??= Object.freeze({
+      causal, scale: 1 / Math.sqrt(D), softcap: 0, hasWindow: causal, left: -1, right: causal ? 0 : -1, blockM: 0, blockN: 0, threads: 0,
     });
   }
   const causal = checkBoolean(fn, 'options.causal', opts.causal, false);
