@@ -446,25 +446,26 @@ function checkPages(fn: string, table: Int32Array, b: number, maxPages: number, 
 
 // checkWrittenRows' hash table of pages, kept from call to call up to kKeptSlots slots (a slot is
 // in use when its mark is the call's stamp, so nothing is cleared between calls and nothing
-// allocated once it is large enough; a larger call allocates its own), and its row ranges: five
-// numbers a range (b, j, first row, end row, the index of the same page's previous range or -1).
+// allocated once it is large enough; a larger call allocates its own), and its row ranges: RANGE
+// numbers a range (b, j, first row, end row, page, the index of the same page's previous range or -1).
 let slotMark = new Int32Array(0), slotPage = new Int32Array(0), slotNewest = new Int32Array(0), rowRanges = new Int32Array(0);
 let rowsStamp = 0;
 const kKeptSlots = 1 << 16;
+const RANGE = 6;
 
 /**
  * No cache row is written twice in one appendKV call. Two sequences whose tables share a page
  * where both write, or one sequence whose table repeats a page under its new tokens, would leave in
  * the row whichever write came last (on the GPU, an order that changes from run to run). The new
  * tokens of sequence b occupy positions [seqlensBefore[b], seqlensBefore[b] + n_b), so they write
- * one range of rows in each page they land in: at most 2 B + totalNew / pageSize ranges, found by
- * page in a hash table at most half full (Fibonacci hashing: the product's high bits, so that
- * pages a fixed stride apart spread; linear probing). A decode step of 64 sequences costs < 1 us.
- * A range is compared with the earlier ranges of its page, which are few unless many sequences
- * write rows of one page; where those comparisons pass 16 per range and 4096 in all, the call is
- * checked again by sorting its ranges by page and first row instead (8192 sequences writing one
- * large page: 79 ms by comparisons, a few by the sort). Both report a row written twice; the sort
- * may name another such pair than the first in table order.
+ * one range of rows in each page they land in: at most 2 B + totalNew / pageSize ranges, listed
+ * first, then found by page in a hash table at most half full (Fibonacci hashing: the product's
+ * high bits, so that pages a fixed stride apart spread; linear probing). A decode step of 64
+ * sequences costs < 1 us. A range is compared with the earlier ranges of its page, which are few
+ * unless many sequences write rows of one page; where those comparisons pass 16 per range and 4096
+ * in all, the ranges are sorted by page and first row instead (8192 sequences writing one large
+ * page: 79 ms by comparisons, a few by the sort). Both report a row written twice; the sort may
+ * name another such pair than the first in table order.
  */
 function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageSize: number, before: Int32Array,
   cu: Int32Array): void {
@@ -478,7 +479,7 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
     mark = new Int32Array(size);
     pageOf = new Int32Array(size);
     newest = new Int32Array(size);
-    ranges = new Int32Array(5 * most);
+    ranges = new Int32Array(RANGE * most);
   } else {
     if (slotMark.length < size) {
       mark = slotMark = new Int32Array(size);
@@ -486,43 +487,45 @@ function checkWrittenRows(fn: string, table: Int32Array, maxPages: number, pageS
       newest = slotNewest = new Int32Array(size);
       rowsStamp = 0;
     }
-    if (rowRanges.length < 5 * most) ranges = rowRanges = new Int32Array(5 * most);
+    if (rowRanges.length < RANGE * most) ranges = rowRanges = new Int32Array(RANGE * most);
     if (++rowsStamp === 2 ** 31 - 1) {
       slotMark.fill(0);
       rowsStamp = 1;
     }
     stamp = rowsStamp;
   }
-  let n = 0, compared = 0;
+  let end = 0;  // RANGE x the ranges listed
   for (let b = 0; b < B; b++) {
-    const start = before[b], end = start + cu[b + 1] - cu[b];
-    if (end === start) continue;
-    for (let j = Math.floor(start / pageSize); j * pageSize < end; j++) {
-      const pg = table[b * maxPages + j];
-      const lo = Math.max(start - j * pageSize, 0), hi = Math.min(end - j * pageSize, pageSize);
-      let slot = Math.imul(pg, 0x9e3779b1) >>> (32 - bits);
-      while (mark[slot] === stamp && pageOf[slot] !== pg) slot = (slot + 1) & (size - 1);
-      let prev = -1;
-      if (mark[slot] === stamp) {
-        for (let r = newest[slot]; r >= 0; r = ranges[r + 4]) {
-          if (lo < ranges[r + 3] && ranges[r + 2] < hi) rowWrittenTwice(fn, pg, b, j, ranges[r], ranges[r + 1], Math.max(lo, ranges[r + 2]));
-          if (++compared > 4096 && compared > 16 * (n / 5 + 1)) {
-            checkWrittenRowsSorted(fn, table, maxPages, pageSize, before, cu, most);
-            return;
-          }
-        }
-        prev = newest[slot];
-      }
-      mark[slot] = stamp;
-      pageOf[slot] = pg;
-      newest[slot] = n;
-      ranges[n] = b;
-      ranges[n + 1] = j;
-      ranges[n + 2] = lo;
-      ranges[n + 3] = hi;
-      ranges[n + 4] = prev;
-      n += 5;
+    const first = before[b], last = first + cu[b + 1] - cu[b];
+    if (last === first) continue;
+    for (let j = Math.floor(first / pageSize); j * pageSize < last; j++, end += RANGE) {
+      ranges[end] = b;
+      ranges[end + 1] = j;
+      ranges[end + 2] = Math.max(first - j * pageSize, 0);
+      ranges[end + 3] = Math.min(last - j * pageSize, pageSize);
+      ranges[end + 4] = table[b * maxPages + j];
     }
+  }
+  let compared = 0;
+  for (let n = 0; n < end; n += RANGE) {
+    const lo = ranges[n + 2], hi = ranges[n + 3], pg = ranges[n + 4];
+    let slot = Math.imul(pg, 0x9e3779b1) >>> (32 - bits);
+    while (mark[slot] === stamp && pageOf[slot] !== pg) slot = (slot + 1) & (size - 1);
+    let prev = -1;
+    if (mark[slot] === stamp) {
+      for (let r = newest[slot]; r >= 0; r = ranges[r + 5]) {
+        if (lo < ranges[r + 3] && ranges[r + 2] < hi) rowWrittenTwice(fn, ranges, n, r, Math.max(lo, ranges[r + 2]));
+        if (++compared > 4096 && compared > 16 * (n / RANGE + 1)) {
+          checkRangesSorted(fn, ranges, end);
+          return;
+        }
+      }
+      prev = newest[slot];
+    }
+    mark[slot] = stamp;
+    pageOf[slot] = pg;
+    newest[slot] = n;
+    ranges[n + 5] = prev;
   }
 }
 
@@ -535,47 +538,32 @@ function checkNewRows(fn: string, name: string, t: Tensor, cache: Tensor, Hkv: n
   if (t.device !== cache.device) throw typeError(fn, `${name}.device`, `must equal kCache.device = '${cache.device}'`, t.device);
 }
 
-/** The RangeError of a cache row that two new tokens write: range (b, j) of page pg, and range (b2, j2) before it. */
-function rowWrittenTwice(fn: string, pg: number, b: number, j: number, b2: number, j2: number, row: number): never {
+/** The RangeError of a cache row that two new tokens write: ranges at `late` and `early` (earlier in table order). */
+function rowWrittenTwice(fn: string, ranges: Int32Array, late: number, early: number, row: number): never {
+  const b = ranges[late], j = ranges[late + 1], b2 = ranges[early], j2 = ranges[early + 1];
   const whose = b2 === b ? `this sequence's pageTable[${b}][${j2}]` : `sequence ${b2}'s pageTable[${b2}][${j2}]`;
   throw rangeError(fn, `options.pageTable[${b}][${j}]`,
-    `must not name a page whose rows another new token writes too (row ${row} of page ${pg} is also written through ${whose})`, pg);
+    `must not name a page whose rows another new token writes too (row ${row} of page ${ranges[late + 4]} is also written through ${whose})`,
+    ranges[late + 4]);
 }
 
 /**
- * checkWrittenRows by sorting: every range of new rows (at most `most`) ordered by page and first row;
- * within a page, a range that starts before the furthest end so far overlaps the range that reached
- * it. O(ranges log ranges) however many ranges share a page.
+ * checkWrittenRows by sorting its listed ranges (ranges[0, end)) by page and first row: within a
+ * page, a range that starts before the furthest end so far overlaps the range that reached it.
+ * O(ranges log ranges) however many ranges share a page.
  */
-function checkWrittenRowsSorted(fn: string, table: Int32Array, maxPages: number, pageSize: number, before: Int32Array,
-  cu: Int32Array, most: number): void {
-  const B = cu.length - 1;
-  const pg = new Int32Array(most), lo = new Int32Array(most), hi = new Int32Array(most), seq = new Int32Array(most), col = new Int32Array(most);
-  let n = 0;
-  for (let b = 0; b < B; b++) {
-    const start = before[b], end = start + cu[b + 1] - cu[b];
-    if (end === start) continue;
-    for (let j = Math.floor(start / pageSize); j * pageSize < end; j++, n++) {
-      pg[n] = table[b * maxPages + j];
-      lo[n] = Math.max(start - j * pageSize, 0);
-      hi[n] = Math.min(end - j * pageSize, pageSize);
-      seq[n] = b;
-      col[n] = j;
-    }
-  }
-  const order = Array.from({ length: n }, (_, i) => i).sort((x, y) => pg[x] - pg[y] || lo[x] - lo[y] || x - y);
-  for (let k = 1, reach = order[0]; k < n; k++) {
+function checkRangesSorted(fn: string, ranges: Int32Array, end: number): void {
+  const order = Array.from({ length: end / RANGE }, (_, i) => i * RANGE)
+    .sort((x, y) => ranges[x + 4] - ranges[y + 4] || ranges[x + 2] - ranges[y + 2] || x - y);
+  for (let k = 1, reach = order[0]; k < order.length; k++) {
     const i = order[k];
-    if (pg[i] !== pg[reach]) {
+    if (ranges[i + 4] !== ranges[reach + 4]) {
       reach = i;
       continue;
     }
-    if (lo[i] < hi[reach]) {
-      // name the range later in table order, as the comparisons do
-      const [late, early] = i > reach ? [i, reach] : [reach, i];
-      rowWrittenTwice(fn, pg[i], seq[late], col[late], seq[early], col[early], lo[i]);
-    }
-    if (hi[i] > hi[reach]) reach = i;
+    // name the range later in table order, as the comparisons do
+    if (ranges[i + 2] < ranges[reach + 3]) rowWrittenTwice(fn, ranges, Math.max(i, reach), Math.min(i, reach), ranges[i + 2]);
+    if (ranges[i + 3] > ranges[reach + 3]) reach = i;
   }
 }
 
