@@ -92,6 +92,19 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t* r) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// Keeps ptxas from moving a later wgmma wait above the code that computed v: a branch on v that is never
+// taken (v is a row sum of exponentials, never this NaN pattern) ends the basic block there.
+#ifndef FA_WS_PIN
+#define FA_WS_PIN 1
+#endif
+__device__ __forceinline__ void pin_after(float v) {
+#if FA_WS_PIN == 1
+  if (__float_as_uint(v) == 0x7fffffffu) __trap();
+#elif FA_WS_PIN == 2
+  asm volatile("" ::"f"(v) : "memory");
+#endif
+}
+
 // Register reallocation between warpgroups (setmaxnreg): the producer gives registers back, the
 // consumers take them; every warp of a warpgroup executes the same one.
 template <int N>
