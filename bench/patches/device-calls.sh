@@ -165,6 +165,28 @@ case "${1:-w}" in
       --no-file-parallelism > "$OUT/gr/gpu-tests-heavy.log" 2>&1
     log "tensor / stream rc=$? $(grep -aE 'Tests  ' "$OUT/gr/gpu-tests-heavy.log" | tr -d '\033' | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/gr/"; tar -C "$OUT" -cJf "$OUT/gr.tar.xz" gr && rm -rf "$OUT/gr" ;;
+  ov)
+    # fifty-first session: the D 128 two-consumer forward's softmax beside its own P V (FA_WS_PV_OVERLAP,
+    # fwd-pv-overlap.patch; .devbin/ov = its 90a build, all head dims; .devbin/ovn = the same without the pin,
+    # D 128 only). First the SASS of the step as built here (.devbin/sass: where ptxas put the P V wait), then
+    # the forward A/B in turns against HEAD's kernels (.devbin/ab), then the GPU suite on ov (ST seconds)
+    need .devbin/ov/addon.xz; need .devbin/ab/addon.xz
+    mkdir -p "$OUT/ov"
+    for c in base ov0 ov1; do
+      python3 .devbin/sass/summ.py .devbin/sass/$c.cubin 'Li128ELi2ELi128EEELb0ELb0ELb0E' > "$OUT/ov/sass-$c.txt" 2>&1
+    done
+    log "sass $(wc -c "$OUT"/ov/sass-*.txt | tail -1)"
+    use_addon ab
+    sides=".devbin/ov/addon.xz"; [ -f .devbin/ovn/addon.xz ] && sides="$sides .devbin/ovn/addon.xz"
+    AB_DIR=fwd AB_TAG=ov-ab AB_ROUNDS=${AR:-2} AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--dtype fp16,bf16 --hdim 128 --seqlen 512,1024,2048,4096,8192,16384" \
+      AB_ADDON="$sides" OUT=$OUT/ov timeout ${AT:-220} bash scripts/gpu-run.sh fwd-ab > "$OUT/ov/ab-step.log" 2>&1
+    log "ov ab rc=$?"
+    if [ "${ST:-0}" != 0 ]; then
+      use_addon ov
+      TEST_TIMEOUT=$ST OUT=$OUT/ov bash scripts/gpu-run.sh tests > "$OUT/ov/tests-step.log" 2>&1
+      log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    fi
+    cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
     # forty-sixth session) on this tree's TypeScript (dbb82d6's CPU-order plan is in every upload and read-back)
