@@ -93,15 +93,16 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t* r) {
 }
 
 // Keeps ptxas from moving a later wgmma wait above the code that computed v: a branch on v that is never
-// taken (v is a row sum of exponentials, never this NaN pattern) ends the basic block there.
+// taken (v is a row sum of exponentials, never this NaN pattern) ends the basic block there. The
+// condition is a warp vote: on a per-thread condition ptxas serialized every wgmma of the kernel
+// (C7520, "compiler-inserted WG.AR in divergent path"); an empty asm statement reading v, or a
+// branch to a nanosleep, serialized them too (C7511).
 #ifndef FA_WS_PIN
 #define FA_WS_PIN 1
 #endif
 __device__ __forceinline__ void pin_after(float v) {
-#if FA_WS_PIN == 1
-  if (__float_as_uint(v) == 0x7fffffffu) __trap();
-#elif FA_WS_PIN == 2
-  asm volatile("" ::"f"(v) : "memory");
+#if FA_WS_PIN
+  if (__any_sync(0xffffffffu, __float_as_uint(v) == 0x7fffffffu)) __trap();
 #endif
 }
 
