@@ -167,12 +167,12 @@ case "${1:-w}" in
     cp "$OUT/calls.log" "$OUT/gr/"; tar -C "$OUT" -cJf "$OUT/gr.tar.xz" gr && rm -rf "$OUT/gr" ;;
   ov)
     # fifty-first session: the D 128 two-consumer forward's softmax beside its own P V (FA_WS_PV_OVERLAP,
-    # fwd-pv-overlap.patch; .devbin/ov = its 90a build, all head dims; .devbin/ovn = the same without the pin,
-    # D 128 only). First the SASS of the step as built here (.devbin/sass: where ptxas put the P V wait), then
+    # fwd-pv-overlap.patch; .devbin/ov = its 90a build (D 128 only for the A/B, all head dims for ST); the first
+    # call's .devbin/ovn (no pin) had ptxas hoist the wait as before, and its per-thread pin serialized the wgmmas). First the SASS of the step as built here (.devbin/sass: where ptxas put the P V wait), then
     # the forward A/B in turns against HEAD's kernels (.devbin/ab), then the GPU suite on ov (ST seconds)
     need .devbin/ov/addon.xz; need .devbin/ab/addon.xz
     mkdir -p "$OUT/ov"
-    for c in base ov0 ov1; do
+    for c in ${SASS:-base ov3}; do
       python3 .devbin/sass/summ.py .devbin/sass/$c.cubin 'Li128ELi2ELi128EEELb0ELb0ELb0E' > "$OUT/ov/sass-$c.txt" 2>&1
     done
     log "sass $(wc -c "$OUT"/ov/sass-*.txt | tail -1)"
