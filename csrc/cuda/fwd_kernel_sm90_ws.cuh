@@ -59,9 +59,6 @@ namespace cuda {
 #ifndef FA_WS_RESCALE_IN_SOFTMAX
 #define FA_WS_RESCALE_IN_SOFTMAX 1
 #endif
-#ifndef FA_WS_PV_OVERLAP
-#define FA_WS_PV_OVERLAP 0
-#endif
 
 // Most sequences whose dealing order the producer sets (ws_deal_order): a warp ranks them in B steps.
 constexpr int kWsDealMax = 64;
@@ -106,11 +103,7 @@ struct Sm90WsTraits {
   // bytes per cycle an SM's shared memory delivers at the tensor cores' full rate; Q in registers
   // takes ~16 off. Needs O's own buffer (Q's is gone during the epilogue) and D / 16 * 4 registers
   // (32 at D 128); D <= 128, two consumer warpgroups (the three of W 64 spill 120 bytes with it).
-  // The softmax of S(it) beside the warpgroup's own P(it-1) V(it-1) (FA_WS_PV_OVERLAP): see the loop.
-  // Q then stays in shared memory (its 32 registers are what the overlap needs: P(it-1), O and S
-  // live at once).
-  static constexpr bool kPvOverlap = FA_WS_PV_OVERLAP != 0 && kHeadDim_ == 128 && kConsumers_ == 2 && kBlockN_ == 128;
-  static constexpr bool kQReg = FA_WS_QREG && kFullO && kHeadDim <= 128 && kConsumers == 2 && !kPvOverlap;
+  static constexpr bool kQReg = FA_WS_QREG && kFullO && kHeadDim <= 128 && kConsumers == 2;
   // The next step's K / V full barriers tested while the warp waits for S (mbar_test), their waits
   // at the step's start skipped where both had landed (FA_WS_EARLY_TEST=0 at compile time:
   // comparisons).
@@ -121,7 +114,7 @@ struct Sm90WsTraits {
   // FA_WS_RESCALE_IN_SOFTMAX=0 at compile time: comparisons). (H200 A/B, eighteenth session, public
   // API, 3 runs: D 64 +0.5-2.5%, D 128 -0.7..+1.3% (geometric mean +0.1%), D 256 -0.1..-2%, where
   // it stays off: there the wait moved before the softmax leaves less to hide behind the P V.)
-  static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128 && !kPvOverlap;
+  static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
   // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
@@ -875,7 +868,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       } else {
         mask_and_softmax(n_max - 1 - it);
         FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
-        if constexpr (Tr::kPvOverlap) sm90::pin_after(row_sum[0][0] + row_sum[0][1]);
         sm90::wgmma_wait<0>();
         sm90::reg_fence<D / 2>(of);
         FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(of[0])));
@@ -884,7 +876,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       // O *= alpha: every block where the wait came first (the multiplies join the softmax's
       // instruction stream), else skipped when no row of the warp moved its max (alpha exactly 1).
-      if (Tr::kRescaleInSoftmax || Tr::kPvOverlap || rescale_always ||
+      if (Tr::kRescaleInSoftmax || rescale_always ||
           __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)

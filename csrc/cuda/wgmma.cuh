@@ -92,20 +92,6 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t* r) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// Keeps ptxas from moving a later wgmma wait above the code that computed v: a branch on v that is never
-// taken (v is a row sum of exponentials, never this NaN pattern) ends the basic block there. The
-// condition is a warp vote: on a per-thread condition ptxas serialized every wgmma of the kernel
-// (C7520, "compiler-inserted WG.AR in divergent path"); an empty asm statement reading v, or a
-// branch to a nanosleep, serialized them too (C7511).
-#ifndef FA_WS_PIN
-#define FA_WS_PIN 1
-#endif
-__device__ __forceinline__ void pin_after(float v) {
-#if FA_WS_PIN
-  if (__any_sync(0xffffffffu, __float_as_uint(v) == 0x7fffffffu)) __trap();
-#endif
-}
-
 // Register reallocation between warpgroups (setmaxnreg): the producer gives registers back, the
 // consumers take them; every warp of a warpgroup executes the same one.
 template <int N>
