@@ -122,7 +122,7 @@ case "${1:-w}" in
     use_addon new
     mkdir -p "$OUT/v"
     TEST_TIMEOUT=300 OUT=$OUT/v bash scripts/gpu-run.sh tests-san > "$OUT/v/tests-san-step.log" 2>&1
-    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/v/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log "tests-san rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/v/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     AB_DIR=bwd AB_TAG=v-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=50 AB_ARGS="--hdim 256,128 --seqlen 512,1024,4096" \
       AB_ADDON=".devbin/base/addon.xz" OUT=$OUT/v timeout 130 bash scripts/gpu-run.sh fwd-ab > "$OUT/v/ab-step.log" 2>&1
     log "ab rc=$?"
@@ -160,11 +160,25 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout ${ST:-200} npx vitest run test/cuda/workers.test.ts test/cuda/fault.test.ts \
       test/cuda/concurrency.test.ts test/cuda/index-arrays.test.ts test/cuda/index-staged.test.ts test/cuda/index-stream.test.ts \
       test/cuda/fresh.test.ts test/cuda/fresh-varlen.test.ts test/cuda/forward.test.ts > "$OUT/gr/gpu-tests.log" 2>&1
-    log "files rc=$? $(grep -aE 'Tests  ' "$OUT/gr/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log "files rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/gr/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     FA_REQUIRE_GPU=1 timeout ${HEAVY_TIMEOUT:-150} npx vitest run test/cuda/tensor.test.ts test/cuda/stream.test.ts \
       --no-file-parallelism > "$OUT/gr/gpu-tests-heavy.log" 2>&1
-    log "tensor / stream rc=$? $(grep -aE 'Tests  ' "$OUT/gr/gpu-tests-heavy.log" | tr -d '\033' | tr '\n' ' ')"
+    log "tensor / stream rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/gr/gpu-tests-heavy.log" | tr -d '\033' | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/gr/"; tar -C "$OUT" -cJf "$OUT/gr.tar.xz" gr && rm -rf "$OUT/gr" ;;
+  st)
+    # fifty-first session: the ping-pong turn around the softmax (FA_WS_SOFTMAX_TURN, fwd-softmax-turn.patch;
+    # .devbin/st = its 90a build, D 128 only) against HEAD's kernels (.devbin/ab) in turns, after the SASS of the
+    # step (.devbin/sass/st.cubin, built here)
+    need .devbin/st/addon.xz; need .devbin/ab/addon.xz
+    mkdir -p "$OUT/st"
+    for c in ${SASS:-base st}; do
+      python3 .devbin/sass/summ.py .devbin/sass/$c.cubin 'Li128ELi2ELi128EEELb0ELb0ELb0E' > "$OUT/st/sass-$c.txt" 2>&1
+    done
+    use_addon ab
+    AB_DIR=fwd AB_TAG=st-ab AB_ROUNDS=${AR:-3} AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--dtype fp16,bf16 --hdim 128 --seqlen 512,1024,2048,4096,8192,16384" \
+      AB_ADDON=".devbin/st/addon.xz" OUT=$OUT/st timeout ${AT:-220} bash scripts/gpu-run.sh fwd-ab > "$OUT/st/ab-step.log" 2>&1
+    log "st ab rc=$?"
+    cp "$OUT/calls.log" "$OUT/st/"; tar -C "$OUT" -cJf "$OUT/st.tar.xz" st && rm -rf "$OUT/st" ;;
   ov)
     # fifty-first session: the D 128 two-consumer forward's softmax beside its own P V (FA_WS_PV_OVERLAP,
     # fwd-pv-overlap.patch; .devbin/ov = its 90a build (D 128 only for the A/B, all head dims for ST); the first
@@ -184,7 +198,7 @@ case "${1:-w}" in
     if [ "${ST:-0}" != 0 ]; then
       use_addon ov
       TEST_TIMEOUT=$ST OUT=$OUT/ov bash scripts/gpu-run.sh tests > "$OUT/ov/tests-step.log" 2>&1
-      log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+      log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     fi
     cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
   gt)
@@ -193,7 +207,7 @@ case "${1:-w}" in
     HB=${HB:-new3}; use_addon $HB
     mkdir -p "$OUT/gt"
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/gt bash scripts/gpu-run.sh tests > "$OUT/gt/tests-step.log" 2>&1
-    log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/gt/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/gt/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/gt/"; tar -C "$OUT" -cJf "$OUT/gt.tar.xz" gt && rm -rf "$OUT/gt" ;;
   pt)
     # forty-eighth session: page 1 against page 16 in decode, in turns (scripts/decode-page-turns.js: B 1 / 16 / 64 x
@@ -237,7 +251,7 @@ case "${1:-w}" in
     use_addon new
     mkdir -p "$OUT/hi"
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/hi bash scripts/gpu-run.sh tests-san > "$OUT/hi/tests-san-step.log" 2>&1
-    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/hi/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log "tests-san rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/hi/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     timeout $(( ${YEND:-580} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --compare torch \
       --out "$OUT/hi/inf" > "$OUT/hi/inf.log" 2>&1
     log "inference benches rc=$?"
@@ -290,7 +304,7 @@ case "${1:-w}" in
       bwd_turns fin "64 128" 280
     else
       TEST_TIMEOUT=$(( ${YEND:-280} - 40 - $(el) )) OUT=$OUT/fin bash scripts/gpu-run.sh tests > "$OUT/fin/tests-step.log" 2>&1
-      log "tests rc=$? $(grep -aE 'Tests  ' "$OUT/fin/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+      log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fin/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     fi
     cp "$OUT/calls.log" "$OUT/fin/"; tar -C "$OUT" -cJf "$OUT/fin.tar.xz" fin && rm -rf "$OUT/fin" ;;
   ar3)
@@ -382,7 +396,7 @@ case "${1:-w}" in
     log "cp ab rc=$?"
     use_addon new
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/s bash scripts/gpu-run.sh tests-san > "$OUT/s/tests-san-step.log" 2>&1
-    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/s/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log "tests-san rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/s/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/s/"; tar -C "$OUT" -cJf "$OUT/s.tar.xz" s && rm -rf "$OUT/s" ;;
   p)
     # forty-second session, call 3: where the D 128 backward's energy goes. Two probe builds (dQ wrong by design,
@@ -444,7 +458,7 @@ case "${1:-w}" in
     use_addon $GB
     mkdir -p "$OUT/g"
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/g bash scripts/gpu-run.sh tests-san > "$OUT/g/tests-san-step.log" 2>&1
-    log "tests-san rc=$? $(grep -aE 'Tests  ' "$OUT/g/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log "tests-san rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/g/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     bwd_turns g 128 590
     cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
   tb)
