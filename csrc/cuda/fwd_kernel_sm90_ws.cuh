@@ -59,9 +59,6 @@ namespace cuda {
 #ifndef FA_WS_RESCALE_IN_SOFTMAX
 #define FA_WS_RESCALE_IN_SOFTMAX 1
 #endif
-#ifndef FA_WS_SOFTMAX_TURN
-#define FA_WS_SOFTMAX_TURN 0
-#endif
 
 // Most sequences whose dealing order the producer sets (ws_deal_order): a warp ranks them in B steps.
 constexpr int kWsDealMax = 64;
@@ -118,10 +115,6 @@ struct Sm90WsTraits {
   // API, 3 runs: D 64 +0.5-2.5%, D 128 -0.7..+1.3% (geometric mean +0.1%), D 256 -0.1..-2%, where
   // it stays off: there the wait moved before the softmax leaves less to hide behind the P V.)
   static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128;
-  // The ping-pong turn around each block's softmax instead of around its products (FA_WS_SOFTMAX_TURN,
-  // development): the warpgroups' softmax phases alternate, their wgmmas are issued outside the ring
-  // (cuDNN's order, eighteenth session's SASS of its kernel). D 128 with 128-key tiles only.
-  static constexpr bool kSoftmaxTurn = FA_WS_SOFTMAX_TURN != 0 && kHeadDim_ == 128 && kConsumers_ == 2 && kBlockN_ == 128;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
   // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
@@ -781,17 +774,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // the varlen bench's paged calls read -0.4% / +1.5% at page 16 / 64 against none of it (H200,
     // thirty-first session; NOTES-fwd.md).
     const int pv_first_hi = !(half_s && (ta.trim_s & 2));
-    constexpr bool kST = Tr::kSoftmaxTurn && !kPaged;  // (paged grouped kernel: ptxas serialized its wgmmas with it, C7511)
-    if (!kST) my_turn();
+    my_turn();
     sm90::wgmma_fence();
     if constexpr (BN == 128) {
       if (half_s) {
         issue_s_lower(sc);
-        if (!kST) pass_turn();
+        pass_turn();
         sm90::wgmma_wait<0>();
       } else {
         issue_s(sc);
-        if (!kST) pass_turn();
+        pass_turn();
         sm90::wgmma_wait<0>();
       }
     } else {
@@ -818,10 +810,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     release(bar_ke + 8 * sc);
     constexpr bool q_early = Tr::kOwnO && !Tr::kQReg;  // Q's buffer is free after the last S (kQReg: released at the start)
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
-    if (kST) my_turn();
     mask_and_softmax(n_max - 1);
     pack_p();
-    if (kST) pass_turn();
     FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
 
     // Step it: S(it) and P(it-1) V(it-1) in flight together, the softmax of S(it) while P V runs.
@@ -839,12 +829,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       if (it == 1) zero_tail(sc);
       FA_WS_BMARK(j, it, cw, 1, clock64());
-      if (!kST) my_turn();
+      my_turn();
       FA_WS_BMARK(j, it, cw, 2, clock64());
       sm90::wgmma_fence();
       issue_s(sn);
       issue_pv(sc, it > 1 ? 1 : 0, (it > 1) | pv_first_hi);
-      if (!kST) pass_turn();
+      pass_turn();
       FA_WS_BMARK(j, it, cw, 3, clock64());
       if constexpr (Tr::kEarlyTest) {
         int sn2 = sn + 1;
@@ -873,7 +863,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         FA_WS_BMARK(j, it, cw, 5, clock64());
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
-        if (kST) my_turn();
         mask_and_softmax(n_max - 1 - it);
         FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
       } else {
@@ -895,7 +884,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
       }
       pack_p();
-      if (kST) pass_turn();
       sc = sn;
       phc = phn;
     }
