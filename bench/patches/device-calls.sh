@@ -165,6 +165,35 @@ case "${1:-w}" in
       --no-file-parallelism > "$OUT/gr/gpu-tests-heavy.log" 2>&1
     log "tensor / stream rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/gr/gpu-tests-heavy.log" | tr -d '\033' | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/gr/"; tar -C "$OUT" -cJf "$OUT/gr.tar.xz" gr && rm -rf "$OUT/gr" ;;
+  ix)
+    # fifty-first session: the index-array test files (the new decode-step chain among them) on HEAD's binding
+    HB=${HB:-ab}; use_addon $HB
+    mkdir -p "$OUT/ix"
+    FA_REQUIRE_GPU=1 timeout ${ZT:-200} npx vitest run test/cuda/index-stream.test.ts test/cuda/index-staged.test.ts > "$OUT/ix/tests.log" 2>&1
+    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ix/tests.log" | tr -d '\033' | tr '\n' ' ')"
+    cp "$OUT/calls.log" "$OUT/ix/"; tar -C "$OUT" -cJf "$OUT/ix.tar.xz" ix && rm -rf "$OUT/ix" ;;
+  zc)
+    # (measured and dropped: bench/patches/index-direct.patch; NOTES-inference.md, fifty-first session)
+    # fifty-first session: small host index arrays of decode steps and appendKV read in place by the kernels
+    # (csrc/binding: IndexDirect; .devbin/zc = this tree's 90a build, all head dims): the index-array and
+    # inference test files, memcheck on scripts/direct-index-smoke.js, then the serving loop of one sequence
+    # with FA_INDEX_DIRECT=0 / 1 in turns (its second line: Int32Array index arrays on every call)
+    need .devbin/zc/addon.xz
+    use_addon zc
+    mkdir -p "$OUT/zc"
+    FA_REQUIRE_GPU=1 timeout ${ZT:-200} npx vitest run test/cuda/index-stream.test.ts test/cuda/index-staged.test.ts test/cuda/inference.test.ts \
+      > "$OUT/zc/tests.log" 2>&1
+    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/zc/tests.log" | tr -d '\033' | tr '\n' ' ')"
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/direct-index-smoke.js 6 > "$OUT/zc/memcheck.log" 2>&1
+    log "memcheck rc=$? $(grep -E 'ok=|ERROR SUMMARY' "$OUT/zc/memcheck.log" | tr '\n' ' ')"
+    timeout 60 node scripts/direct-index-smoke.js 40 > "$OUT/zc/smoke.log" 2>&1
+    log "smoke rc=$? $(grep -E 'ok=' "$OUT/zc/smoke.log")"
+    for r in 1 2 3; do for d in 1 0; do
+      FA_INDEX_DIRECT=$d timeout 100 node dist/bench/cli.js --grid off --serve --serve-seqs ${SQ:-1} --out /tmp/zc-$d-$r > /tmp/zc-$d-$r.log 2>&1
+      grep -E "per layer-step" /tmp/zc-$d-$r.log | sed "s/^/direct=$d round $r: /" >> "$OUT/zc/serve.log"
+    done; done
+    log "serve turns done"
+    cp "$OUT/calls.log" "$OUT/zc/"; tar -C "$OUT" -cJf "$OUT/zc.tar.xz" zc && rm -rf "$OUT/zc" ;;
   st)
     # fifty-first session: the ping-pong turn around the softmax (FA_WS_SOFTMAX_TURN, fwd-softmax-turn.patch;
     # .devbin/st = its 90a build, D 128 only) against HEAD's kernels (.devbin/ab) in turns, after the SASS of the

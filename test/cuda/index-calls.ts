@@ -166,6 +166,66 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
       sin.dispose();
     });
 
+    it('64 decode steps (appendKV of one token per sequence, then pagedAttention) with Int32Array indices, queued back to back, equal the device-index calls bit for bit', async () => {
+      // The decode kernel and appendKV, each with its own small host index arrays per call, many calls
+      // deep (the serving loop's shape), through each path.
+      const rng = new Rng(7005);
+      const B = 5, H = 16, Hkv = 4, D = 128, page = 16, maxLen = 200;
+      const maxPages = Math.ceil(maxLen / page), numPages = B * maxPages;
+      const perm = Array.from({ length: numPages }, (_, i) => i);
+      for (let i = numPages - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
+      const table = Int32Array.from(perm);
+      const start = Array.from({ length: B }, () => rng.int(0, 120));
+      const steps = 64;
+      const caches = [];
+      for (let side = 0; side < 2; side++) {
+        // the same random prefix in both caches
+        const r2 = new Rng(7006);
+        caches.push([await dev(randomTensor(r2, [numPages, page, Hkv, D], 'bfloat16').tensor),
+          await dev(randomTensor(r2, [numPages, page, Hkv, D], 'bfloat16').tensor)]);
+      }
+      const toks = [];
+      for (let s = 0; s < steps; s++) {
+        toks.push({
+          k: await dev(randomTensor(rng, [B, Hkv, D], 'bfloat16').tensor),
+          v: await dev(randomTensor(rng, [B, Hkv, D], 'bfloat16').tensor),
+          q: await dev(randomTensor(rng, [B, H, D], 'bfloat16').tensor),
+        });
+      }
+      const cu = prefix(Array(B).fill(1));
+      const outs: Uint8Array[][] = [[], []];
+      for (const side of [0, 1]) {
+        const [kc, vc] = caches[side];
+        const res = [];
+        const before = uploads();
+        await blocker();
+        for (let s = 0; s < steps; s++) {
+          const lensBefore = Int32Array.from(start, (n) => n + s);
+          const lensAfter = Int32Array.from(start, (n) => n + s + 1);
+          if (side === 0) {
+            await appendKV(kc, vc, toks[s].k, toks[s].v, { pageTable: table, cuSeqlensNew: cu, seqlensBefore: lensBefore });
+            res.push(await pagedAttention(toks[s].q, kc, vc, { pageTable: table, seqlensK: lensAfter, cuSeqlensQ: cu }));
+          } else {
+            const idx = await Promise.all([devIndex(table), devIndex(cu), devIndex(lensBefore), devIndex(lensAfter)]);
+            const [pt, c, sb, sk] = idx;
+            await appendKV(kc, vc, toks[s].k, toks[s].v, { pageTable: pt, cuSeqlensNew: c, seqlensBefore: sb });
+            res.push(await pagedAttention(toks[s].q, kc, vc, {
+              pageTable: pt, seqlensK: sk, cuSeqlensQ: c, maxSeqlenQ: 1, maxSeqlenK: Math.max(...lensAfter),
+            }));
+            idx.forEach((t) => t.dispose());
+          }
+        }
+        if (side === 0) expectUploads(mode, before, 2 * steps, 2 * steps);
+        await synchronize();
+        for (const r of res) { outs[side].push(await rawBytes(r.out)); r.out.dispose(); r.lse.dispose(); }
+      }
+      for (let i = 0; i < steps; i++) expect(bytesEqual(outs[0][i], outs[1][i]), `step ${i}`).toBe(true);
+      expect(bytesEqual(await rawBytes(caches[0][0]), await rawBytes(caches[1][0]))).toBe(true);
+      expect(bytesEqual(await rawBytes(caches[0][1]), await rawBytes(caches[1][1]))).toBe(true);
+      for (const t of toks) for (const x of [t.k, t.v, t.q]) x.dispose();
+      for (const c of caches) for (const t of c) t.dispose();
+    });
+
     it('paged calls with page tables of 0.5 MiB (a slot) and 1.03 MiB (larger than a slot: the staged copy) in turns, queued back to back, equal the device-index calls bit for bit', async () => {
       const rng = new Rng(7003);
       const B = 64, H = 4, Hkv = 1, D = 64, page = 4, numPages = 2000;
