@@ -3,7 +3,8 @@
 // pagedAttention, timed in rounds of 200 queued calls (as scripts/host-cost.js), with the native call
 // and with it replaced by a no-op; then a V8 CPU profile of 20 000 queued calls, summarised by self
 // time per function (the .cpuprofile is written too, for a closer look).
-// Usage: node scripts/host-prof.js [outDir]   (FA_DIST=<dist folder> FA_ADDON_PATH=<its addon>: another build)
+// Usage: node scripts/host-prof.js [outDir]   (FA_DIST=<dist folder> FA_ADDON_PATH=<its addon>: another build;
+// FA_HOSTPROF_INDEX=host: Int32Array index arrays instead of device tensors)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -54,10 +55,13 @@ async function main() {
   for (let i = perm.length - 1; i > 0; i--) { const j = (i * 7919) % (i + 1); [perm[i], perm[j]] = [perm[j], perm[i]]; }
   const e = (shape, dtype = 'float16') => fa.Tensor.empty(shape, { dtype, device: 'cuda' });
   const kc = await e([B * mp, page, Hkv, D]), vc = await e([B * mp, page, Hkv, D]), q = await e([B, H, D]);
-  const opts = {
+  // FA_HOSTPROF_INDEX=host: the index arrays as Int32Arrays (checked and copied by every call)
+  const hostIdx = process.env.FA_HOSTPROF_INDEX === 'host';
+  const cuQ = Int32Array.from({ length: B + 1 }, (_, i) => i), seqK = new Int32Array(B).fill(N);
+  const opts = hostIdx ? { pageTable: perm, seqlensK: seqK, cuSeqlensQ: cuQ, causal: true } : {
     pageTable: await fa.Tensor.from(perm, [B, mp]).to('cuda'),
-    seqlensK: await fa.Tensor.from(new Int32Array(B).fill(N), [B]).to('cuda'),
-    cuSeqlensQ: await fa.Tensor.from(Int32Array.from({ length: B + 1 }, (_, i) => i), [B + 1]).to('cuda'),
+    seqlensK: await fa.Tensor.from(seqK, [B]).to('cuda'),
+    cuSeqlensQ: await fa.Tensor.from(cuQ, [B + 1]).to('cuda'),
     maxSeqlenQ: 1, maxSeqlenK: N, causal: true,
   };
   const given = { ...opts, out: await e([B, H, D]), lse: await e([H, B], 'float32') };
