@@ -6,7 +6,13 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (fiftieth session): `HB=ab ST=300 bash bench/patches/device-calls.sh gt` with .devbin/ab/addon.xz = 2a66b44's
+# NEXT (after the fifty-first session): on the H200 when it is lent, `HB=ab YEND=330 ... pt` and `HB=ab YEND=500 ... hp`
+# (issue 11's and 12's figures are read there; no kernel has changed since 8c9bfdf, whose H200 figures stand). The
+# fifty-first session ran gt (1406 + 27 passed) and pt on an H100 at HEAD, and three A/B cases that are now patches:
+# ov (fwd-pv-overlap.patch, 0.94-0.98x), st (fwd-softmax-turn.patch, neutral), zc (index-direct.patch, no gain);
+# ix (the index-array files alone). .devbin/ab = 2a66b44's 90a build (its native code is HEAD's).
+#
+# (fiftieth session's plan:) `HB=ab ST=300 bash bench/patches/device-calls.sh gt` with .devbin/ab/addon.xz = 2a66b44's
 # 90a build (the GPU suite on the review follow-up of the host-cost change; dfda9be's passed, 1406 + 27), carry
 # [".gpu", "dist", ".devbin/ab"]; then `pt` and `hp` on the H200 when it is lent (HB=ab). `scripts/host-prof.js`
 # (FA_DIST / FA_ADDON_PATH for an older build in turns) reads the per-call host cost.
