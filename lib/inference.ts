@@ -15,7 +15,7 @@ import {
 import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
 import { F, OP, S, native, newParams, type Handle, type HostArray, type SlotValue } from './native';
 import { copyTyped, typedArrayKind } from './typed';
-import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, OutLse, Grads, storageOf, wrapDevice, wrapHost, type DType } from './tensor';
+import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, ownCopy, OutLse, Grads, storageOf, wrapDevice, wrapHost, type DType } from './tensor';
 import type { AttentionResult, BackwardResult } from './attention';
 
 export type IndexArray = Int32Array | Tensor;
@@ -116,6 +116,7 @@ function checkIndex(fn: string, name: string, v: unknown, device: number, length
     // another thread (a SharedArrayBuffer) or from code of its own that runs during the checks (a
     // getter), and the checks and the kernel still see one set of values.
     host = copyTyped(Int32Array, v as Int32Array);
+    if (device < 0) ownCopy(host);  // (no other CPU call reaches it: outside their order, lib/tensor.ts)
     len = host.length;
     slot = host;
   } else if (Tensor.isTensor(v)) {

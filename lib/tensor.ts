@@ -317,15 +317,30 @@ export function callNative<T>(fn: string, f: () => T): T {
 // read). Calls that only read the same memory (one K / V cache, one q) run side by side, as do calls
 // on disjoint tensors, and a call with nothing to wait for starts at once (a small one on the calling
 // thread). Memory is an ArrayBuffer: views of one buffer count as the same memory.
+// A memory's record stays (a WeakMap: it goes with the memory) and is emptied rather than deleted
+// when its calls have settled, so that a serving loop's calls on the same caches allocate none.
 interface Uses {
   write?: Promise<void>;        // the latest pending call that writes it
   reads: Set<Promise<void>>;    // the pending calls made after that one that only read it
 }
-const uses = new Map<ArrayBufferLike, Uses>();
+const uses = new WeakMap<ArrayBufferLike, Uses>();
 const cpuAll = new Set<Promise<void>>();  // every pending call (settles, never rejects)
-const noop = () => {};
-const memoryOf = (a: unknown): ArrayBufferLike | undefined => (typedArrayKind(a) !== undefined ? typedArrayBuffer(a as ArrayBufferView) : undefined);
-const memories = (arrays: readonly unknown[]) => new Set(arrays.map(memoryOf).filter((m): m is ArrayBufferLike => m !== undefined));
+// Arrays that one call owns (the copies checkIndex takes of Int32Array index arrays): no other call
+// can reach their memory, so they take no part in the order. Reading a small array's `buffer`
+// would also make V8 move it off its heap (a new ArrayBuffer per call).
+const ownArrays = new WeakSet<object>();
+/** Marks `a` as one call's own copy (see ownArrays) and returns it. */
+export function ownCopy<A extends ArrayBufferView>(a: A): A {
+  ownArrays.add(a);
+  return a;
+}
+function memories(arrays: readonly unknown[]): Set<ArrayBufferLike> {
+  const out = new Set<ArrayBufferLike>();
+  for (const a of arrays) {
+    if (typedArrayKind(a) !== undefined && !ownArrays.has(a as object)) out.add(typedArrayBuffer(a as ArrayBufferView));
+  }
+  return out;
+}
 /**
  * A CPU call's place in the order: the memories it uses (`mems`), those of them it writes (`written`),
  * and the pending calls it must wait for (`deps`). It reads `arrays` (inputs, index arrays) and writes
@@ -357,29 +372,29 @@ export function cpuPlan(arrays: readonly unknown[], writes: readonly unknown[] =
 export function inCpuOrder<T>(plan: CpuPlan, start: () => Promise<T>): Promise<T> {
   const { mems, written, deps } = plan;
   const p = deps.length === 0 ? start() : (deps.length === 1 ? deps[0] : Promise.all(deps)).then(start);
-  const settled = p.then(noop, noop);
+  // `settled` resolves (never rejects) once the call has settled and left its memories' records
+  const recs: Uses[] = [];
+  const done = (): void => {
+    cpuAll.delete(settled);
+    for (const u of recs) {
+      if (u.write === settled) u.write = undefined;
+      u.reads.delete(settled);
+    }
+  };
+  const settled: Promise<void> = p.then(done, done);
   for (const m of mems) {
     let u = uses.get(m);
     if (u === undefined) uses.set(m, u = { reads: new Set() });
+    recs.push(u);
     // a writer waits for the readers before it, so later calls need wait only for the writer
     if (written.has(m)) {
       u.write = settled;
-      u.reads = new Set();
+      u.reads.clear();
     } else {
       u.reads.add(settled);
     }
   }
   cpuAll.add(settled);
-  void settled.then(() => {
-    cpuAll.delete(settled);
-    for (const m of mems) {
-      const u = uses.get(m);
-      if (u === undefined) continue;
-      if (u.write === settled) u.write = undefined;
-      u.reads.delete(settled);
-      if (u.write === undefined && u.reads.size === 0) uses.delete(m);
-    }
-  });
   return p;
 }
 
