@@ -6,7 +6,7 @@
 import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
 import { F, OP, S, callSlots, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
-  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
+  DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuIdle, cpuPlan, inCpuOrder, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
 } from './tensor';
 
 export interface MaskOptions {
@@ -321,6 +321,21 @@ function writtenSlots(op: number): number[] {
 /** runCall with the slot array already made (slotArray, or indexed by S and slot_count set). */
 export function runSlots(fn: string, op: number, P: Float64Array, device: number, arr: SlotValue[]): Handle[] | Promise<Handle[]> {
   if (device < 0) {
+    if (cpuIdle()) {
+      // Nothing pending on this thread, so nothing to wait for: the call starts now. Run on this
+      // thread (a small one), it is done when the addon returns (undefined) and needs no place in
+      // the order; handed to a worker (a Promise), it takes one, as below, so that later calls on
+      // its tensors wait for it.
+      let r: Promise<void> | Handle[] | undefined;
+      try {
+        r = callNative(fn, () => callSlots(op, P, arr));
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      if (r === undefined) return Promise.resolve([]);
+      const started = r as Promise<void>;
+      return inCpuOrder(cpuPlan(arr, writtenSlots(op).map((i) => arr[i])), () => callNativeAsync(fn, () => started)).then(() => []);
+    }
     // (behind earlier CPU calls on the same tensors: the shared params record is copied now; the
     // index arrays in the slots are already the call's own copies, made by checkIndex)
     const plan = cpuPlan(arr, writtenSlots(op).map((i) => arr[i]));

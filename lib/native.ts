@@ -21,12 +21,13 @@ export interface NativeStats {
 interface RawBinding {
   layout(): { fields: string[]; slots: string[]; ops: string[]; features?: string[] };
   /**
-   * CPU (params.device < 0): Promise settled when done. CUDA: the new output handles, queued. The
-   * slots come as arguments (feature slot_args; callSlots below).
+   * CPU (params.device < 0): undefined when the call ran on the calling thread and is done (it throws
+   * its error), else a Promise settled when done. CUDA: the new output handles, queued. The slots come
+   * as arguments (feature slot_args; callSlots below).
    */
-  call(op: number, params: Float64Array, ...slots: SlotValue[]): Promise<void> | Handle[];
+  call(op: number, params: Float64Array, ...slots: SlotValue[]): Promise<void> | Handle[] | undefined;
   merge(params: Float64Array, outs: Array<Handle | HostArray>, lses: Array<Handle | Float32Array>,
-    out: Handle | HostArray | null, lse: Handle | Float32Array | null): Promise<void> | Handle[];
+    out: Handle | HostArray | null, lse: Handle | Float32Array | null): Promise<void> | Handle[] | undefined;
   bench(op: number, params: Float64Array, slots: SlotValue[], warmup: number, reps: number): Promise<Float64Array>;
   alloc(device: number, bytes: number, zero: boolean): Handle;
   free(h: Handle): void;
@@ -107,7 +108,7 @@ export function newParams(): Float64Array {
  * of a call in one Node-API request, where reading an array's elements from C++ costs 60-90 ns
  * apiece (a decode call's slot reads had cost ~1.5 us of its ~10 us on the host).
  */
-export function callSlots(op: number, params: Float64Array, a: SlotValue[]): Promise<void> | Handle[] {
+export function callSlots(op: number, params: Float64Array, a: SlotValue[]): Promise<void> | Handle[] | undefined {
   return native.call(op, params, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13],
     a[14], a[15], a[16], a[17], a[18], a[19]);
 }

@@ -398,6 +398,11 @@ export function inCpuOrder<T>(plan: CpuPlan, start: () => Promise<T>): Promise<T
   return p;
 }
 
+/** Whether no CPU call (or host read) of this thread is pending: a call made now waits for nothing. */
+export function cpuIdle(): boolean {
+  return cpuAll.size === 0;
+}
+
 /** Settles once every CPU call made so far on this thread has settled. */
 export async function cpuCallsDone(): Promise<void> {
   if (cpuAll.size > 0) await Promise.allSettled([...cpuAll]);

@@ -245,17 +245,19 @@ class CpuWorker : public Napi::AsyncWorker {
     }
   }
 
-  // Runs the call here when `work` is small (the Promise is settled before this returns; `this` is
-  // deleted), else queues it on a libuv worker (which deletes it when done).
-  static Napi::Promise Start(CpuWorker* w, double work) {
-    Napi::Promise promise = w->Promise();
+  // Runs the call here when `work` is small and returns undefined once it is done (throws its error),
+  // so that the caller knows nothing is left pending (lib/attention.ts runSlots: no place in the CPU
+  // calls' order to keep); `w` is deleted. Else queues it on a libuv worker (which deletes it when
+  // done) and returns the Promise that settles then.
+  static Napi::Value Start(CpuWorker* w, double work) {
     if (work <= kInlineWork && InlineAllowed()) {
+      const Napi::Env env = w->Env();
       const std::string err = w->RunCore();
-      if (err.empty()) w->deferred_.Resolve(w->Env().Undefined());
-      else w->deferred_.Reject(Napi::Error::New(w->Env(), err).Value());
       delete w;
-      return promise;
+      if (!err.empty()) throw Napi::Error::New(env, err);
+      return env.Undefined();
     }
+    Napi::Promise promise = w->Promise();
     w->Queue();
     return promise;
   }
