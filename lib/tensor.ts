@@ -328,16 +328,22 @@ const cpuAll = new Set<Promise<void>>();  // every pending call (settles, never 
 // Arrays that one call owns (the copies checkIndex takes of Int32Array index arrays): no other call
 // can reach their memory, so they take no part in the order. Reading a small array's `buffer`
 // would also make V8 move it off its heap (a new ArrayBuffer per call).
-const ownArrays = new WeakSet<object>();
-/** Marks `a` as one call's own copy (see ownArrays) and returns it. */
+// The mark is an own property under a module-private symbol, defined (no setter on a prototype
+// chain is consulted) and read as an own property (nothing on the chain is). A WeakSet did the same
+// at ~10% of a one-token appendKV's time: its insertions take V8's ephemeron barrier and their
+// collection a pass of their own.
+const OWN = Symbol('flash-attention-node: a call\'s own copy');
+const OWN_MARK: PropertyDescriptor = { value: true };
+const hasOwn = Object.hasOwn, defineProperty = Object.defineProperty;
+/** Marks `a` as one call's own copy and returns it. */
 export function ownCopy<A extends ArrayBufferView>(a: A): A {
-  ownArrays.add(a);
+  defineProperty(a, OWN, OWN_MARK);
   return a;
 }
 function memories(arrays: readonly unknown[]): Set<ArrayBufferLike> {
   const out = new Set<ArrayBufferLike>();
   for (const a of arrays) {
-    if (typedArrayKind(a) !== undefined && !ownArrays.has(a as object)) out.add(typedArrayBuffer(a as ArrayBufferView));
+    if (typedArrayKind(a) !== undefined && !hasOwn(a as object, OWN)) out.add(typedArrayBuffer(a as ArrayBufferView));
   }
   return out;
 }
