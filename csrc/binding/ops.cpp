@@ -209,6 +209,30 @@ bool InlineAllowed() {
   return e == nullptr || std::strcmp(e, "0") != 0;
 }
 
+// A CPU call as CpuCall builds it, before it runs: here on the calling thread when its work is
+// small (`on_thread`: nothing is kept, the index arrays are read where they are, no AsyncWorker is
+// made), else handed to a CpuWorker (CpuWorker::Take), which keeps the call's arguments and its own
+// copies of the index arrays. (An AsyncWorker, its Promise and the slots' references cost a small
+// call a few microseconds of allocations.)
+struct CpuJob {
+  bool on_thread = false;
+  std::function<fa_status()> run;
+  std::vector<Napi::ObjectReference> refs;
+  std::vector<std::unique_ptr<int32_t[]>> owned;
+  void Keep(const Napi::Value& v) {
+    if (!on_thread && v.IsObject()) refs.push_back(Napi::Persistent(v.As<Napi::Object>()));
+  }
+  // A host index array as the core reads it: in place when the call runs before this returns, else
+  // a copy (see CpuWorker::OwnIndex); with at least one element either way, so that an empty array
+  // is not taken for an absent one (null).
+  const int32_t* OwnIndex(const void* src, size_t bytes) {
+    if (on_thread && src != nullptr && bytes > 0) return static_cast<const int32_t*>(src);
+    owned.push_back(std::make_unique<int32_t[]>(std::max<size_t>((bytes + 3) / 4, 1)));
+    if (src != nullptr && bytes > 0) std::memcpy(owned.back().get(), src, bytes);
+    return owned.back().get();
+  }
+};
+
 class CpuWorker : public Napi::AsyncWorker {
  public:
   CpuWorker(Napi::Env env, const char* name)
@@ -218,6 +242,12 @@ class CpuWorker : public Napi::AsyncWorker {
   }
   Napi::Promise Promise() { return deferred_.Promise(); }
   std::function<fa_status()> run;
+  // Takes a job that is not to run on the calling thread: its work, references and index copies.
+  void Take(CpuJob&& j) {
+    run = std::move(j.run);
+    for (auto& r : j.refs) refs_.push_back(std::move(r));
+    for (auto& o : j.owned) owned_.push_back(std::move(o));
+  }
 
   // A host index array (cuSeqlens, seqlens, a page table) copied when the call is made. The values
   // were checked then, and the caller may reuse its Int32Array as soon as the call returns, while a
@@ -230,7 +260,8 @@ class CpuWorker : public Napi::AsyncWorker {
   }
 
   // Runs the call; "" on success, else the core's message (or the status name).
-  std::string RunCore() {
+  std::string RunCore() { return RunCoreOf(run); }
+  static std::string RunCoreOf(const std::function<fa_status()>& run) {
     try {
       const fa_status s = run();
       if (s == FA_OK) return std::string();
@@ -355,10 +386,19 @@ fa_rotary RotaryOf(const Call& c, const float* cos, const float* sin) {
 Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
   Napi::Env env = info.Env();
   const Sizes z = SizesOf(c, op);
-  auto* w = new CpuWorker(env, "flash-attention-node:cpu");
-  // Index arrays: the worker's own copies (CpuWorker::OwnIndex).
+  // Work estimate: multiply-adds of S and P V over every (query row, key) pair the shape allows
+  // (2.5x that for the backward), or the elements appendKV writes.
+  const double H = c.I(FA_F_heads), D = c.I(FA_F_head_dim);
+  const double rows = double(QueryRows(c, op));
+  double work = 2.0 * rows * c.I(FA_F_seqlen_k) * H * D;
+  if (op == FA_OP_backward) work *= 2.5;
+  if (op == FA_OP_append_kv) work = double(c.I(FA_F_total_k)) * c.I(FA_F_heads_k) * D;
+  CpuJob job;
+  job.on_thread = work <= kInlineWork && InlineAllowed();
+  CpuJob* const w = &job;
+  // Index arrays: in place, or the worker's own copies (CpuJob::OwnIndex).
   auto index = [&](Slot s, size_t bytes) { return w->OwnIndex(HostPtr(c, s, bytes, true), bytes); };
-  try {
+  {
     for (uint32_t i = 0; i < c.nslots; ++i) w->Keep(c.S(static_cast<Slot>(i)));
     const bool packed = c.Has(FA_S_cu_seqlens_q);
     if (op == FA_OP_forward || op == FA_OP_paged) {
@@ -462,18 +502,17 @@ Napi::Value CpuCall(const Napi::CallbackInfo& info, int op, const Call& c) {
     } else {
       throw Internal(env, "unknown op " + std::to_string(op));
     }
-  } catch (...) {
-    delete w;
-    throw;
   }
-  // Work estimate: multiply-adds of S and P V over every (query row, key) pair the shape allows
-  // (2.5x that for the backward), or the elements appendKV writes.
-  const double H = c.I(FA_F_heads), D = c.I(FA_F_head_dim);
-  const double rows = double(QueryRows(c, op));
-  double work = 2.0 * rows * c.I(FA_F_seqlen_k) * H * D;
-  if (op == FA_OP_backward) work *= 2.5;
-  if (op == FA_OP_append_kv) work = double(c.I(FA_F_total_k)) * c.I(FA_F_heads_k) * D;
-  return CpuWorker::Start(w, work);
+  if (job.on_thread) {  // done before this returns (undefined), or its error thrown: see CpuWorker::Start
+    const std::string err = CpuWorker::RunCoreOf(job.run);
+    if (!err.empty()) throw Napi::Error::New(env, err);
+    return env.Undefined();
+  }
+  auto* worker = new CpuWorker(env, "flash-attention-node:cpu");
+  worker->Take(std::move(job));
+  Napi::Promise promise = worker->Promise();
+  worker->Queue();
+  return promise;
 }
 
 #ifdef FA_WITH_CUDA
