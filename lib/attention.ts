@@ -321,6 +321,7 @@ function writtenSlots(op: number): number[] {
 /** runCall with the slot array already made (slotArray, or indexed by S and slot_count set). */
 export function runSlots(fn: string, op: number, P: Float64Array, device: number, arr: SlotValue[]): Handle[] | Promise<Handle[]> {
   if (device < 0) {
+    let started: Promise<void> | undefined;
     if (cpuIdle()) {
       // Nothing pending on this thread, so nothing to wait for: the call starts now. Run on this
       // thread (a small one), it is done when the addon returns (undefined) and needs no place in
@@ -333,14 +334,13 @@ export function runSlots(fn: string, op: number, P: Float64Array, device: number
         return Promise.reject(e);
       }
       if (r === undefined) return Promise.resolve([]);
-      const started = r as Promise<void>;
-      return inCpuOrder(cpuPlan(arr, writtenSlots(op).map((i) => arr[i])), () => callNativeAsync(fn, () => started)).then(() => []);
+      started = r as Promise<void>;
     }
     // (behind earlier CPU calls on the same tensors: the shared params record is copied now; the
     // index arrays in the slots are already the call's own copies, made by checkIndex)
     const plan = cpuPlan(arr, writtenSlots(op).map((i) => arr[i]));
     const Pc = plan.deps.length > 0 ? P.slice() : P;
-    return inCpuOrder(plan, () => callNativeAsync(fn, () => callSlots(op, Pc, arr) as Promise<void>)).then(() => []);
+    return inCpuOrder(plan, () => callNativeAsync(fn, () => started ?? (callSlots(op, Pc, arr) as Promise<void>))).then(() => []);
   }
   // CUDA: queued; the handles come back at once (no await, so no extra turn of the event loop).
   return callNative(fn, () => callSlots(op, P, arr) as Handle[]);

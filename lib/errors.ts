@@ -79,13 +79,6 @@ function editDistance(a: string, b: string): number {
 // What checkOptions returns for absent options: one shared frozen object, not one per call.
 const NO_OPTIONS: Readonly<Record<string, unknown>> = Object.freeze({});
 
-/**
- * Throws unless `options` is undefined or an object whose keys are all known, and returns a snapshot
- * of it: each option read once (getters run once), into a new object that the checks and the call
- * then use. An options object whose values change between reads (getters, a Proxy) cannot pass a
- * check with one value and reach the native code with another. `name` is the argument's name in
- * messages: 'options', or a nested object's path such as 'options.rotary'.
- */
 type OptionsReader = (src: Record<string, unknown>) => Record<string, unknown> | null;
 const readers = new WeakMap<readonly string[], OptionsReader>();
 
@@ -114,6 +107,13 @@ export function optionList<T extends readonly string[]>(known: T): T {
   return known;
 }
 
+/**
+ * Throws unless `options` is undefined or an object whose keys are all known, and returns a snapshot
+ * of it: each option read once (getters run once), into a new object that the checks and the call
+ * then use. An options object whose values change between reads (getters, a Proxy) cannot pass a
+ * check with one value and reach the native code with another. `name` is the argument's name in
+ * messages: 'options', or a nested object's path such as 'options.rotary'.
+ */
 export function checkOptions(fn: string, options: unknown, known: readonly string[], name = 'options'): Readonly<Record<string, unknown>> {
   if (options === undefined) return NO_OPTIONS;
   if (options === null || typeof options !== 'object' || Array.isArray(options) || options instanceof Number ||

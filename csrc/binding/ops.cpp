@@ -222,9 +222,11 @@ struct CpuJob {
   void Keep(const Napi::Value& v) {
     if (!on_thread && v.IsObject()) refs.push_back(Napi::Persistent(v.As<Napi::Object>()));
   }
-  // A host index array as the core reads it: in place when the call runs before this returns, else
-  // a copy (see CpuWorker::OwnIndex); with at least one element either way, so that an empty array
-  // is not taken for an absent one (null).
+  // A host index array (cuSeqlens, seqlens, a page table) as the core reads it: in place when the
+  // call runs before this returns, else a copy taken now. The values were checked when the call was
+  // made, and the caller may reuse its Int32Array as soon as the call returns, while a worker reads
+  // them later: indices changed in between would steer the kernel's addresses. At least one element
+  // either way, so that an empty array is not taken for an absent one (null).
   const int32_t* OwnIndex(const void* src, size_t bytes) {
     if (on_thread && src != nullptr && bytes > 0) return static_cast<const int32_t*>(src);
     owned.push_back(std::make_unique<int32_t[]>(std::max<size_t>((bytes + 3) / 4, 1)));
@@ -247,16 +249,6 @@ class CpuWorker : public Napi::AsyncWorker {
     run = std::move(j.run);
     for (auto& r : j.refs) refs_.push_back(std::move(r));
     for (auto& o : j.owned) owned_.push_back(std::move(o));
-  }
-
-  // A host index array (cuSeqlens, seqlens, a page table) copied when the call is made. The values
-  // were checked then, and the caller may reuse its Int32Array as soon as the call returns, while a
-  // worker reads them later: indices changed in between would steer the kernel's addresses. The
-  // copy has at least one element, so an empty array is not taken for an absent one (null).
-  const int32_t* OwnIndex(const void* src, size_t bytes) {
-    owned_.push_back(std::make_unique<int32_t[]>(std::max<size_t>((bytes + 3) / 4, 1)));
-    if (src != nullptr && bytes > 0) std::memcpy(owned_.back().get(), src, bytes);
-    return owned_.back().get();
   }
 
   // Runs the call; "" on success, else the core's message (or the status name).
