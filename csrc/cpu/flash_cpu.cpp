@@ -1971,13 +1971,12 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
       const int nc = (int)std::min<int64_t>(g.bn, keys.hi - k0);
       return g.page_cap ? (int)std::min<int64_t>(nc, g.page_size - k0 % g.page_size) : nc;
     };
-    bool have_rows = false;  // narrow: kp / vp already hold this tile's rows (the last tile's kp2 / vp2)
     for (int64_t k0 = keys.lo; k0 < keys.hi;) {
       const int nc = tile_keys(k0);
       RowsView V{nullptr, 0};
       int np = 0;  // narrow: the next tile's keys
       if (narrow) {
-        if (!have_rows) {
+        if (k0 == keys.lo) {  // (later tiles': the tile before's kp2 / vp2, swapped in below)
           row_ptrs(a.k, kl, es, k0, nc, kp);
           row_ptrs(a.v, vl, es, k0, nc, vp);
         }
@@ -2016,7 +2015,6 @@ void fwd_task(const FwdArgs& a, int64_t item, float* ws) {
       if (np > 0) {  // the next tile's rows are the ones just asked for
         std::swap(kp, kp2);
         std::swap(vp, vp2);
-        have_rows = true;
       }
       k0 += nc;
     }
