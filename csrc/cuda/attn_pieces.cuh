@@ -149,14 +149,24 @@ struct PagedRows {
 };
 
 // tanh for the score modifier: 1 - 2 / (2^(2x log2 e) + 1) on the SFU: absolute error ~1e-7 (what
-// the scores need; the softmax sees softcap * tanh), +-1 in the limits. The fp32 kernels use tanhf.
+// the scores need; the softmax sees softcap * tanh), +-1 in the limits. The fp32 kernels use
+// tanh_precise.
 __device__ __forceinline__ float tanh_fast(float x) {
   const float e = fast_exp2(x * 2.8853900817779268f);  // 2 log2(e)
   return 1.f - __fdividef(2.f, e + 1.f);
 }
+// tanh at fp32 accuracy (2 ulp) whatever the build's math flags. The CUDA sources build with
+// --use_fast_math, under which a call to tanhf compiles to tanh.approx.f32 (the SFU's tanh, relative
+// error up to ~2^-11): the fp32 kernels' softcap then carried that error, times the softcap, into
+// every score (a black-box fuzz of fp32 calls with a softcap against float64 found out's relative
+// L2 error at 1e-5 to 4e-5 where a naive fp32 implementation has 1e-6). libdevice's tanhf (a
+// polynomial below |x| 0.6, 1 - 2 / (e^2|x| + 1) above) is called by its own name, which the
+// fast-math mapping does not touch.
+extern "C" __device__ float __nv_tanhf(float);
+__device__ __forceinline__ float tanh_precise(float x) { return __nv_tanhf(x); }
 template <bool kPrecise>
 __device__ __forceinline__ float softcap_tanh(float x) {
-  if constexpr (kPrecise) return tanhf(x);
+  if constexpr (kPrecise) return tanh_precise(x);
   else return tanh_fast(x);
 }
 

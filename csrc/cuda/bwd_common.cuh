@@ -33,7 +33,7 @@ __device__ __forceinline__ float bwd_prob(const BwdArgs& a, float s, float lse2,
 // The fp32 kernels' form (lse itself, one rounding of the small difference).
 __device__ __forceinline__ float bwd_prob_f32(const BwdArgs& a, float s, float lse, float* dmod) {
   if (a.softcap > 0.f) {
-    const float t = tanhf(s * a.softcap_scale);
+    const float t = tanh_precise(s * a.softcap_scale);
     *dmod = 1.f - t * t;
     return fast_exp2((a.softcap * t - lse) * 1.4426950408889634f);
   }

@@ -42,6 +42,11 @@ const HANDPICKED: AttnCase[] = [];
     HANDPICKED.push(c({ Nq: 1000, Nk: 7, D: 64, dtype, causal: true, layout: 'bhsd' }, seed++));
     HANDPICKED.push(c({ Nq: 7, Nk: 1000, D: 64, dtype, H: 8, Hkv: 1 }, seed++));
   }
+  // float32 under a softcap with scores far past it: fp32-accurate tanh in the backward's recomputed
+  // P and its 1 - tanh^2 factor too (forward.test.ts says why)
+  for (const [D, scale, softcap] of [[224, 1.36, 27.4], [128, 0.5, 20.6]] as const) {
+    HANDPICKED.push(c({ Nq: 96, Nk: 160, D, dtype: 'float32', H: 4, Hkv: 1, causal: true, scale, softcap }, seed++));
+  }
 }
 
 describeGpu('CUDA backward', () => {
