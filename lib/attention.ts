@@ -210,11 +210,12 @@ function checkProblem(fn: string, q: unknown, k: unknown, v: unknown, opts: Reco
       throw rangeError(fn, dimName('v', ax, key), `must equal k.shape[${i}] = ${ks[i]}`, vs[i]);
     }
   }
+  // q's own dtype first: with an int32 q, the message names q rather than a k or v that is right
+  if (tq.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tq.dtype);
   if (tk.dtype !== tq.dtype) throw typeError(fn, 'k.dtype', `must equal q.dtype = '${tq.dtype}'`, tk.dtype);
   if (tv.dtype !== tq.dtype) throw typeError(fn, 'v.dtype', `must equal q.dtype = '${tq.dtype}'`, tv.dtype);
   if (tk.device !== tq.device) throw typeError(fn, 'k.device', `must equal q.device = '${tq.device}'`, tk.device);
   if (tv.device !== tq.device) throw typeError(fn, 'v.device', `must equal q.device = '${tq.device}'`, tv.device);
-  if (tq.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tq.dtype);
   if (tq.size > MAX_ELEMENTS) throw rangeError(fn, 'q.shape', 'must hold at most 2^31-1 elements', qs);
   if (tk.size > MAX_ELEMENTS) throw rangeError(fn, 'k.shape', 'must hold at most 2^31-1 elements', ks);
   if (B * H * Nq > MAX_ELEMENTS) throw rangeError(fn, 'q.shape', 'must have batch*heads*seqlen at most 2^31-1', qs);

@@ -411,9 +411,9 @@ function checkCaches(fn: string, kc: unknown, vc: unknown) {
   if (pageSize < 1) throw rangeError(fn, 'kCache.shape[1] (pageSize)', 'must be at least 1', pageSize);
   if (Hkv < 1) throw rangeError(fn, 'kCache.shape[2] (headsK)', 'must be at least 1', Hkv);
   if (D < 1 || D > MAX_HEAD_DIM) throw rangeError(fn, 'kCache.shape[3] (headDim)', `must be between 1 and ${MAX_HEAD_DIM}`, D);
+  if (tk.dtype === 'int32') throw typeError(fn, 'kCache.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tk.dtype);
   if (tv.dtype !== tk.dtype) throw typeError(fn, 'vCache.dtype', `must equal kCache.dtype = '${tk.dtype}'`, tv.dtype);
   if (tv.device !== tk.device) throw typeError(fn, 'vCache.device', `must equal kCache.device = '${tk.device}'`, tv.device);
-  if (tk.dtype === 'int32') throw typeError(fn, 'kCache.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tk.dtype);
   return { tk, tv, numPages, pageSize, Hkv, D };
 }
 
@@ -602,10 +602,10 @@ export async function appendKV(kCache: Tensor, vCache: Tensor, k: Tensor, v: Ten
       const end = before + cn.host[b + 1] - cn.host[b];
       if (!(before >= 0)) throw rangeError(fn, `options.seqlensBefore[${b}]`, 'must be >= 0', before);
       if (end > pt.maxPages * c.pageSize) {
-        throw rangeError(fn, `options.seqlensBefore[${b}]`, `plus the new tokens (${end - before}) must fit the page table (${pt.maxPages} pages of ${c.pageSize})`, before);
+        throw rangeError(fn, `options.seqlensBefore[${b}]`, `plus the new tokens (${end - before}) must fit the page table (${pt.maxPages} pages of ${c.pageSize})`, `${before} (ending at ${end})`, true);
       }
       if (rot && end > rot.maxPos) {
-        throw rangeError(fn, `options.seqlensBefore[${b}]`, `plus the new tokens must stay below options.rotary.cos.shape[0] = ${rot.maxPos} (positions)`, before);
+        throw rangeError(fn, `options.seqlensBefore[${b}]`, `plus the new tokens (${end - before}) must be at most options.rotary.cos.shape[0] = ${rot.maxPos} (positions)`, `${before} (ending at ${end})`, true);
       }
       // Only the pages the new tokens land in must exist.
       const first = Math.floor(before / c.pageSize), last = Math.ceil(end / c.pageSize);

@@ -304,6 +304,18 @@ const f32 = (shape: number[], seed = 1) => randomTensor(new Rng(seed), shape, 'f
 const f16 = (shape: number[]) => randomTensor(new Rng(2), shape, 'float16').tensor;
 const i32 = (a: number[], shape?: number[]) => Tensor.from(Int32Array.from(a), shape ?? [a.length]);
 
+describe('CPU audit errors: an int32 tensor where a float one belongs is named itself', () => {
+  it('an int32 q with float16 k / v names q.dtype; an int32 kCache with a float16 vCache names kCache.dtype', async () => {
+    const qi = i32(Array.from({ length: 16 }, (_, i) => i), [1, 2, 1, 8]);
+    const kh = f16([1, 2, 1, 8]), vh = f16([1, 2, 1, 8]);
+    await expectRejects(() => flashAttention(qi, kh, vh), TypeError, 'flashAttention', 'q.dtype', /got 'int32'$/);
+    const kci = i32(new Array(6 * 4 * 2 * 8).fill(0), [6, 4, 2, 8]);
+    await expectRejects(() => appendKV(kci, f16([6, 4, 2, 8]), f16([1, 2, 8]), f16([1, 2, 8]), {
+      pageTable: Int32Array.from([0]), cuSeqlensNew: Int32Array.from([0, 1]), seqlensBefore: Int32Array.from([0]),
+    }), TypeError, 'appendKV', 'kCache.dtype', /got 'int32'$/);
+  });
+});
+
 describe('CPU audit errors: window and softcap options of flashAttention / flashAttentionBackward', () => {
   const q = f32([1, 5, 2, 8]), k = f32([1, 6, 1, 8], 3);
   const BAD_WINDOWS: Array<[unknown, ErrClass, string, RegExp]> = [
@@ -468,7 +480,7 @@ describe('CPU audit errors: appendKV (host-checked index arrays; nothing written
       [{ rotary: { cos: f32([16, 5]), sin: f32([16, 5]) } }, RangeError, 'options.rotary.cos.shape[1]', num(5)],
       [{ rotary: { cos: f32([16, 0]), sin: f32([16, 0]) } }, RangeError, 'options.rotary.cos.shape[1]', num(0)],
       [{ rotary: { cos: s.cos, sin: s.sin, interleaved: 1 } }, TypeError, 'options.rotary.interleaved', num(1)],
-      [{ rotary: { cos: f32([8, 2]), sin: f32([8, 2]) } }, RangeError, 'options.seqlensBefore[0]', num(9)],
+      [{ rotary: { cos: f32([8, 2]), sin: f32([8, 2]) } }, RangeError, 'options.seqlensBefore[0]', /got 9 \(ending at 10\)$/],
       [{ causal: true }, TypeError, 'options.causal', /causal/],
     ];
     for (const [o, cls, arg, given] of bad) await expectRejects(() => appendKV(s.kc, s.vc, s.k, s.v, { ...ok, ...o } as never), cls, FN, arg, given);
@@ -495,7 +507,7 @@ describe('CPU audit errors: appendKV (host-checked index arrays; nothing written
     await expectRejects(() => appendKV(s.kc, s.vc, s.k, s.v, {
       pageTable: s.table, cuSeqlensNew: Int32Array.from([0, 1, 3]), seqlensBefore: Int32Array.from([0, 9]),
       rotary: { cos: f32([10, 2]), sin: f32([10, 2]) },
-    }), RangeError, FN, 'options.seqlensBefore[1]', num(9));
+    }), RangeError, FN, 'options.seqlensBefore[1]', /got 9 \(ending at 11\)$/);
     expect(bytesEqual(await rawBytes(s.kc), kb), 'kCache changed by rejected calls').toBe(true);
     expect(bytesEqual(await rawBytes(s.vc), vb), 'vCache changed by rejected calls').toBe(true);
     // Pages the new tokens do not land in may hold anything (sequence 0 writes only into its page 2).
