@@ -6,7 +6,11 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (after the fifty-first session): on the H200 when it is lent, `HB=ab YEND=330 ... pt` and `HB=ab YEND=500 ... hp`
+# NEXT (after the fifty-second session): the GPU suite and the fuzz (`npm run fuzz`, a few seeds, one under
+# compute-sanitizer memcheck) on a build of HEAD (.devbin/fix = d1ff71f's 90a build: the fp32 softcap's precise tanh; the
+# whole suite has not run on it, only the softcap cases, fresh.test.ts and the fuzz); the fp32 + softcap speed against
+# the old tanh (.devbin/head = cee3ccd's build); then, on the H200 when it is lent, pt and hp as below.
+# (fifty-first session's plan:) on the H200 when it is lent, `HB=ab YEND=330 ... pt` and `HB=ab YEND=500 ... hp`
 # (issue 11's and 12's figures are read there; no kernel has changed since 8c9bfdf, whose H200 figures stand). The
 # fifty-first session ran gt (1406 + 27 passed) and pt on an H100 at HEAD, and three A/B cases that are now patches:
 # ov (fwd-pv-overlap.patch, 0.94-0.98x), st (fwd-softmax-turn.patch, neutral), zc (index-direct.patch, no gain);
