@@ -11,6 +11,7 @@
 //   FUZZ_SEED=123 FUZZ_SECONDS=300 node scripts/fuzz-api.mjs
 //   FUZZ_ONLY=pagedAttention node scripts/fuzz-api.mjs # one kind (see KINDS below)
 //   FUZZ_SEED=123 FUZZ_CASE=57 node scripts/fuzz-api.mjs   # rerun one case (add FUZZ_ONLY if it was set)
+//   FUZZ_CASES=300 FUZZ_SEED=7 node scripts/fuzz-api.mjs   # a fixed set of cases (test/api/fuzz.test.ts)
 //   FUZZ_DEVICE=cpu|cuda   (default: cuda when devices() lists one)
 //   FUZZ_WORK=0.5          (multiplies the per-case size budget)
 //   FUZZ_VERBOSE=1         (one line per case)
@@ -43,6 +44,8 @@ const ENV = process.env;
 const SEED = ENV.FUZZ_SEED !== undefined && ENV.FUZZ_SEED !== '' ? Number(ENV.FUZZ_SEED) >>> 0
   : ((Date.now() % 2147483647) ^ (process.pid << 11)) >>> 0;
 const SECONDS = Number(ENV.FUZZ_SECONDS ?? 120);
+// FUZZ_CASES=n: exactly cases 0..n-1 instead of a time budget (the same cases on every machine: the test suite's run)
+const CASES = ENV.FUZZ_CASES !== undefined && ENV.FUZZ_CASES !== '' ? Number(ENV.FUZZ_CASES) : null;
 const ONLY = ENV.FUZZ_ONLY || null;
 const ONE_CASE = ENV.FUZZ_CASE !== undefined && ENV.FUZZ_CASE !== '' ? Number(ENV.FUZZ_CASE) : null;
 const VERBOSE = !!ENV.FUZZ_VERBOSE;
@@ -1514,7 +1517,7 @@ async function main() {
   const t0 = Date.now();
   for (let i = ONE_CASE ?? 0; ; i++) {
     if (ONE_CASE !== null && i !== ONE_CASE) break;
-    if (ONE_CASE === null && (Date.now() - t0) / 1000 >= SECONDS) break;
+    if (ONE_CASE === null && (CASES !== null ? i >= CASES : (Date.now() - t0) / 1000 >= SECONDS)) break;
     const kind = pickKind(i), rng = new Rng(SEED, i, 2), C = new CaseCtx(kind, i);
     try { writeFileSync(LAST_CASE_FILE, JSON.stringify({ seed: SEED, case: i, kind, rerun: rerunCmd(i) })); } catch { /* ignore */ }
     const c0 = Date.now();

@@ -1,0 +1,38 @@
+// The black-box fuzz of the public API (scripts/fuzz-api.mjs: its own float64 reference written from
+// API.md, independent of test/helpers) over a fixed set of cases: 250 cases of one seed, the same on
+// every machine, on the GPU when there is one (else the CPU backend). It runs the built package
+// (dist/, which `npm ci` and `npm run build:ts` produce), as a user's process would. A failing case
+// prints its one-line reproducer (FUZZ_SEED / FUZZ_CASE) in the assertion message.
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const root = path.resolve(__dirname, '../..');
+const run = promisify(execFile);
+
+describe('black-box fuzz of the public API (scripts/fuzz-api.mjs)', () => {
+  it('250 fixed cases (seed 52052) against its float64 reference, bad arguments and un-awaited chains: no failure', async () => {
+    expect(existsSync(path.join(root, 'dist/lib/index.js')), 'dist/ is missing: run `npm run build:ts`').toBe(true);
+    let stdout = '';
+    let code = 0;
+    try {
+      ({ stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], {
+        cwd: root,
+        env: { ...process.env, FUZZ_SEED: '52052', FUZZ_CASES: '250' },
+        maxBuffer: 64 * 1024 * 1024,
+      }));
+    } catch (e) {
+      const x = e as { code?: number; stdout?: string; stderr?: string };
+      code = x.code ?? 1;
+      stdout = `${x.stdout ?? ''}\n${x.stderr ?? ''}`;
+    }
+    const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(stdout);
+    const fails = stdout.split('\n').filter((l) => l.startsWith('{"fuzz":"FAIL"')).slice(0, 5).join('\n');
+    expect(summary, `no summary line; output:\n${stdout.slice(-4000)}`).not.toBeNull();
+    expect(Number(summary![1]), 'cases run').toBe(250);
+    expect(Number(summary![2]), `failing cases:\n${fails}`).toBe(0);
+    expect(code, `exit code; output:\n${stdout.slice(-2000)}`).toBe(0);
+  }, 600_000);
+});
