@@ -65,6 +65,57 @@ async function blocker(): Promise<void> {
   for (const t of [x, r.out, r.lse]) t.dispose();  // (safe while queued work still uses them)
 }
 
+// Pages 0..n-1 in a random order (a page table over every page).
+function shuffledTable(rng: Rng, n: number): Int32Array {
+  const perm = Array.from({ length: n }, (_, i) => i);
+  for (let i = n - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
+  return Int32Array.from(perm);
+}
+
+// One paged chain run twice on two caches that start equal, behind the blocker, with no wait between
+// calls: first with Int32Array index arrays, then with device index tensors. Each step appends its
+// k / v (`fresh[b]` tokens of sequence b after `before[b]` in the cache) and runs pagedAttention on
+// its q over the cache so far. The host side must take two uploads per step (by the mode's path), and
+// every output and both caches must agree bit for bit.
+interface PagedStep { fresh: number[]; before: number[]; k: Tensor; v: Tensor; q: Tensor }
+async function pagedChainBothWays(mode: IndexMode, table: Int32Array, caches: Tensor[][], steps: PagedStep[],
+  opts: { causal?: boolean; rotary?: { cos: Tensor; sin: Tensor; interleaved: boolean } } = {}): Promise<void> {
+  const rot = opts.rotary ? { rotary: opts.rotary } : {};
+  const mask = opts.causal ? { causal: true } : {};
+  const outs: Uint8Array[][] = [[], []];
+  for (const side of [0, 1]) {
+    const [kc, vc] = caches[side];
+    const res = [];
+    const before = uploads();
+    await blocker();
+    for (const st of steps) {
+      const cuNew = prefix(st.fresh);
+      const lensBefore = Int32Array.from(st.before);
+      const lensAfter = Int32Array.from(st.before, (n, b) => n + st.fresh[b]);
+      if (side === 0) {
+        await appendKV(kc, vc, st.k, st.v, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: lensBefore, ...rot });
+        res.push(await pagedAttention(st.q, kc, vc, { pageTable: table, seqlensK: lensAfter, cuSeqlensQ: cuNew, ...mask, ...rot }));
+      } else {
+        const idx = await Promise.all([devIndex(table), devIndex(cuNew), devIndex(lensBefore), devIndex(lensAfter)]);
+        const [pt, cu, sb, sk] = idx;
+        await appendKV(kc, vc, st.k, st.v, { pageTable: pt, cuSeqlensNew: cu, seqlensBefore: sb, ...rot });
+        res.push(await pagedAttention(st.q, kc, vc, {
+          pageTable: pt, seqlensK: sk, cuSeqlensQ: cu, ...mask, ...rot,
+          maxSeqlenQ: Math.max(...st.fresh), maxSeqlenK: Math.max(...lensAfter),
+        }));
+        idx.forEach((t) => t.dispose());
+      }
+    }
+    // (the host side: two calls per step, each with its own upload)
+    if (side === 0) expectUploads(mode, before, 2 * steps.length, 2 * steps.length);
+    await synchronize();
+    for (const r of res) { outs[side].push(await rawBytes(r.out)); r.out.dispose(); r.lse.dispose(); }
+  }
+  for (let i = 0; i < steps.length; i++) expect(bytesEqual(outs[0][i], outs[1][i]), `step ${i}`).toBe(true);
+  expect(bytesEqual(await rawBytes(caches[0][0]), await rawBytes(caches[1][0]))).toBe(true);
+  expect(bytesEqual(await rawBytes(caches[0][1]), await rawBytes(caches[1][1]))).toBe(true);
+}
+
 export function indexArrayTests(title: string, mode: IndexMode): void {
   describeGpu(title, () => {
     it('40 packed calls queued back to back, each with its own cuSeqlens, equal the device-index calls bit for bit', async () => {
@@ -104,9 +155,7 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
       const rng = new Rng(7002);
       const B = 3, H = 8, Hkv = 2, D = 128, page = 16, maxLen = 320;
       const maxPages = maxLen / page, numPages = B * maxPages;
-      const perm = Array.from({ length: numPages }, (_, i) => i);
-      for (let i = numPages - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
-      const table = Int32Array.from(perm);
+      const table = shuffledTable(rng, numPages);
       const zeros = () => Tensor.zeros([numPages, page, Hkv, D], { dtype: 'float16', device: 'cuda' });
       // Rotary on the keys written and the queries (its kernels read the index arrays too).
       const half = D / 4;  // partial rotary: the first D / 2 features
@@ -115,7 +164,7 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
       const rotary = { cos, sin, interleaved: true };
       const caches = [[await zeros(), await zeros()], [await zeros(), await zeros()]];
       // The steps: each appends 1..12 tokens per sequence and queries them (prefill chunks and decode).
-      const steps: { fresh: number[]; before: number[]; k: Tensor; v: Tensor; q: Tensor }[] = [];
+      const steps: PagedStep[] = [];
       const lens = [0, 0, 0];
       for (let s = 0; s < 24; s++) {
         const fresh = lens.map((n) => Math.min(maxLen - n, rng.int(1, 12)));
@@ -128,38 +177,7 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
         });
         fresh.forEach((f, b) => { lens[b] += f; });
       }
-      const outs: Uint8Array[][] = [[], []];
-      for (const side of [0, 1]) {
-        const [kc, vc] = caches[side];
-        const res = [];
-        const before = uploads();
-        await blocker();
-        for (const st of steps) {
-          const cuNew = prefix(st.fresh);
-          const before = Int32Array.from(st.before);
-          const after = Int32Array.from(st.before.map((n, b) => n + st.fresh[b]));
-          if (side === 0) {
-            await appendKV(kc, vc, st.k, st.v, { pageTable: table, cuSeqlensNew: cuNew, seqlensBefore: before, rotary });
-            res.push(await pagedAttention(st.q, kc, vc, { pageTable: table, seqlensK: after, cuSeqlensQ: cuNew, causal: true, rotary }));
-          } else {
-            const idx = await Promise.all([devIndex(table), devIndex(cuNew), devIndex(before), devIndex(after)]);
-            const [pt, cu, sb, sk] = idx;
-            await appendKV(kc, vc, st.k, st.v, { pageTable: pt, cuSeqlensNew: cu, seqlensBefore: sb, rotary });
-            res.push(await pagedAttention(st.q, kc, vc, {
-              pageTable: pt, seqlensK: sk, cuSeqlensQ: cu, causal: true, rotary,
-              maxSeqlenQ: Math.max(...st.fresh), maxSeqlenK: Math.max(...after),
-            }));
-            idx.forEach((t) => t.dispose());
-          }
-        }
-        // (the host side: two calls per step, each with its own upload)
-        if (side === 0) expectUploads(mode, before, 2 * steps.length, 2 * steps.length);
-        await synchronize();
-        for (const r of res) { outs[side].push(await rawBytes(r.out)); r.out.dispose(); r.lse.dispose(); }
-      }
-      for (let i = 0; i < steps.length; i++) expect(bytesEqual(outs[0][i], outs[1][i]), `step ${i}`).toBe(true);
-      expect(bytesEqual(await rawBytes(caches[0][0]), await rawBytes(caches[1][0]))).toBe(true);
-      expect(bytesEqual(await rawBytes(caches[0][1]), await rawBytes(caches[1][1]))).toBe(true);
+      await pagedChainBothWays(mode, table, caches, steps, { causal: true, rotary });
       for (const st of steps) for (const t of [st.k, st.v, st.q]) t.dispose();
       for (const c of caches) for (const t of c) t.dispose();
       cos.dispose();
@@ -172,9 +190,7 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
       const rng = new Rng(7005);
       const B = 5, H = 16, Hkv = 4, D = 128, page = 16, maxLen = 200;
       const maxPages = Math.ceil(maxLen / page), numPages = B * maxPages;
-      const perm = Array.from({ length: numPages }, (_, i) => i);
-      for (let i = numPages - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
-      const table = Int32Array.from(perm);
+      const table = shuffledTable(rng, numPages);
       const start = Array.from({ length: B }, () => rng.int(0, 120));
       const steps = 64;
       const caches = [];
@@ -184,44 +200,16 @@ export function indexArrayTests(title: string, mode: IndexMode): void {
         caches.push([await dev(randomTensor(r2, [numPages, page, Hkv, D], 'bfloat16').tensor),
           await dev(randomTensor(r2, [numPages, page, Hkv, D], 'bfloat16').tensor)]);
       }
-      const toks = [];
+      const toks: PagedStep[] = [];
       for (let s = 0; s < steps; s++) {
         toks.push({
+          fresh: Array(B).fill(1), before: start.map((n) => n + s),
           k: await dev(randomTensor(rng, [B, Hkv, D], 'bfloat16').tensor),
           v: await dev(randomTensor(rng, [B, Hkv, D], 'bfloat16').tensor),
           q: await dev(randomTensor(rng, [B, H, D], 'bfloat16').tensor),
         });
       }
-      const cu = prefix(Array(B).fill(1));
-      const outs: Uint8Array[][] = [[], []];
-      for (const side of [0, 1]) {
-        const [kc, vc] = caches[side];
-        const res = [];
-        const before = uploads();
-        await blocker();
-        for (let s = 0; s < steps; s++) {
-          const lensBefore = Int32Array.from(start, (n) => n + s);
-          const lensAfter = Int32Array.from(start, (n) => n + s + 1);
-          if (side === 0) {
-            await appendKV(kc, vc, toks[s].k, toks[s].v, { pageTable: table, cuSeqlensNew: cu, seqlensBefore: lensBefore });
-            res.push(await pagedAttention(toks[s].q, kc, vc, { pageTable: table, seqlensK: lensAfter, cuSeqlensQ: cu }));
-          } else {
-            const idx = await Promise.all([devIndex(table), devIndex(cu), devIndex(lensBefore), devIndex(lensAfter)]);
-            const [pt, c, sb, sk] = idx;
-            await appendKV(kc, vc, toks[s].k, toks[s].v, { pageTable: pt, cuSeqlensNew: c, seqlensBefore: sb });
-            res.push(await pagedAttention(toks[s].q, kc, vc, {
-              pageTable: pt, seqlensK: sk, cuSeqlensQ: c, maxSeqlenQ: 1, maxSeqlenK: Math.max(...lensAfter),
-            }));
-            idx.forEach((t) => t.dispose());
-          }
-        }
-        if (side === 0) expectUploads(mode, before, 2 * steps, 2 * steps);
-        await synchronize();
-        for (const r of res) { outs[side].push(await rawBytes(r.out)); r.out.dispose(); r.lse.dispose(); }
-      }
-      for (let i = 0; i < steps; i++) expect(bytesEqual(outs[0][i], outs[1][i]), `step ${i}`).toBe(true);
-      expect(bytesEqual(await rawBytes(caches[0][0]), await rawBytes(caches[1][0]))).toBe(true);
-      expect(bytesEqual(await rawBytes(caches[0][1]), await rawBytes(caches[1][1]))).toBe(true);
+      await pagedChainBothWays(mode, table, caches, toks);
       for (const t of toks) for (const x of [t.k, t.v, t.q]) x.dispose();
       for (const c of caches) for (const t of c) t.dispose();
     });
