@@ -240,6 +240,25 @@ case "${1:-w}" in
       log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     fi
     cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
+  fx)
+    # fifty-third session: the GPU suite on HEAD's build (d1ff71f's kernels), the fuzz under compute-sanitizer memcheck
+    # and plainly, then the fp32 softcap's cost on the old build (.devbin/head) and the new one (HB)
+    HB=${HB:-fix}; use_addon $HB
+    mkdir -p "$OUT/fx"
+    TEST_TIMEOUT=${ST:-300} OUT=$OUT/fx bash scripts/gpu-run.sh tests > "$OUT/fx/tests-step.log" 2>&1
+    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fx/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    FUZZ_SEED=53001 FUZZ_SECONDS=${FZM:-110} timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      node scripts/fuzz-api.mjs > "$OUT/fx/fuzz-memcheck.log" 2>&1
+    log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fx/fuzz-memcheck.log" | tail -3 | tr '\n' ' ')"
+    FUZZ_SEED=53002 FUZZ_SECONDS=${FZ:-60} timeout 200 node scripts/fuzz-api.mjs > "$OUT/fx/fuzz.log" 2>&1
+    log "fuzz rc=$? $(grep -aE 'fuzz-api summary' "$OUT/fx/fuzz.log" | tr '\n' ' ')"
+    xz -dc .devbin/head/addon.xz > "$OUT/old.node"
+    for pass in 1 2; do
+      FA_ADDON_PATH="$OUT/old.node" timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/old $pass: /" >> "$OUT/fx/softcap.log"
+      timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/new $pass: /" >> "$OUT/fx/softcap.log"
+    done
+    rm -f "$OUT/old.node"; log "softcap cost done"
+    cp "$OUT/calls.log" "$OUT/fx/"; tar -C "$OUT" -cJf "$OUT/fx.tar.xz" fx && rm -rf "$OUT/fx" ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
     # forty-sixth session) on this tree's TypeScript (dbb82d6's CPU-order plan is in every upload and read-back)

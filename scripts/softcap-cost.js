@@ -1,0 +1,41 @@
+// The fp32 path's softcap cost: kernel time (CUDA events, median of 30 after 5 warm-up launches) of the fp32 forward and
+// backward with and without a softcap, on the addon this process loads (FA_ADDON_PATH picks another build, so two runs
+// compare two builds). One line per cell: "fwd|bwd D N causal: plain X ms, softcap Y ms (Y/X)".
+// Usage: FA_ADDON_PATH=build/Release/flash_attention_node.node node scripts/softcap-cost.js
+'use strict';
+const fa = require('../dist/lib/index.js');
+const { benchmarkForward, benchmarkBackward } = require('../dist/lib/attention.js');
+const { native } = require('../dist/lib/native.js');
+const { DTYPE_CODE, storageOf } = require('../dist/lib/tensor.js');
+
+const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.length >> 1]; };
+async function randomF32(shape, seed) {
+  const t = await fa.Tensor.empty(shape, { dtype: 'float32', device: 'cuda' });
+  native.fillRandom(storageOf(t, 'softcap-cost', 'tensor').handle, DTYPE_CODE.float32, seed);
+  return t;
+}
+
+async function main() {
+  const H = 16, cap = 30;
+  for (const D of [64, 128]) for (const N of [1024, 4096]) for (const causal of [false, true]) {
+    const B = Math.max(1, 8192 / N);
+    const q = await randomF32([B, N, H, D], 1), k = await randomF32([B, N, H, D], 2), v = await randomF32([B, N, H, D], 3);
+    const dout = await randomF32([B, N, H, D], 4);
+    const t = {};
+    for (const softcap of [0, cap]) {
+      const opts = softcap ? { causal, softcap } : { causal };
+      const f = median(await benchmarkForward(q, k, v, opts, 5, 30));
+      const { out, lse } = await fa.flashAttention(q, k, v, opts);
+      const b = median(await benchmarkBackward(dout, q, k, v, out, lse, opts, 5, 30));
+      out.dispose(); lse.dispose();
+      t[softcap] = { f, b };
+    }
+    for (const dir of ['f', 'b']) {
+      const x = t[0][dir], y = t[cap][dir];
+      console.log(`${dir === 'f' ? 'fwd' : 'bwd'} D${D} B${B} N${N} ${causal ? 'causal' : 'full  '}: plain ${x.toFixed(3)} ms, ` +
+        `softcap ${y.toFixed(3)} ms (${(y / x).toFixed(3)}x)`);
+    }
+    for (const x of [q, k, v, dout]) x.dispose();
+  }
+}
+main().catch((e) => { console.error(e); process.exit(1); });
