@@ -247,10 +247,10 @@ case "${1:-w}" in
     mkdir -p "$OUT/fx"
     TEST_TIMEOUT=${ST:-300} OUT=$OUT/fx bash scripts/gpu-run.sh tests > "$OUT/fx/tests-step.log" 2>&1
     log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fx/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
-    FUZZ_SEED=53001 FUZZ_SECONDS=${FZM:-110} timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    FUZZ_SEED=53001 FUZZ_SECONDS=${FZM:-90} timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
       node scripts/fuzz-api.mjs > "$OUT/fx/fuzz-memcheck.log" 2>&1
     log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fx/fuzz-memcheck.log" | tail -3 | tr '\n' ' ')"
-    FUZZ_SEED=53002 FUZZ_SECONDS=${FZ:-60} timeout 200 node scripts/fuzz-api.mjs > "$OUT/fx/fuzz.log" 2>&1
+    FUZZ_SEED=53002 FUZZ_SECONDS=${FZ:-40} timeout 200 node scripts/fuzz-api.mjs > "$OUT/fx/fuzz.log" 2>&1
     log "fuzz rc=$? $(grep -aE 'fuzz-api summary' "$OUT/fx/fuzz.log" | tr '\n' ' ')"
     xz -dc .devbin/head/addon.xz > "$OUT/old.node"
     for pass in 1 2; do
@@ -258,6 +258,9 @@ case "${1:-w}" in
       timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/new $pass: /" >> "$OUT/fx/softcap.log"
     done
     rm -f "$OUT/old.node"; log "softcap cost done"
+    timeout $(( ${YEND:-575} - $(el) )) node dist/bench/cli.js --quick --fp32 --hdim 128 --dir fwd,bwd --compare torch \
+      --out "$OUT/fx/bench" > "$OUT/fx/bench.log" 2>&1
+    log "bench rc=$?"
     cp "$OUT/calls.log" "$OUT/fx/"; tar -C "$OUT" -cJf "$OUT/fx.tar.xz" fx && rm -rf "$OUT/fx" ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
