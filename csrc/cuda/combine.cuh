@@ -2,7 +2,8 @@
 // kernel of mergeAttention (the decode kernel merges its split-KV partials itself: split_combine).
 //   lse = log(sum_i exp(lse_i)),  out = sum_i exp(lse_i - lse) * out_i
 // A partial whose lse is +inf or -inf saw no key and contributes nothing; a row no partial saw gets
-// out = 0 and lse = +inf (the library's convention for "no key").
+// out = 0 and lse = +inf (the library's convention for "no key"); a NaN lse makes its row NaN (out and
+// lse), as on the CPU backend.
 // One warp per (row, head); lane p reduces partial p's lse, then lanes take 4 columns at a time.
 // Up to kMaxCombine partials per launch (fa_merge_cuda chains launches for more, through an fp32
 // partial).
@@ -95,11 +96,13 @@ __global__ void __launch_bounds__(256) combine_kernel(const CombineArgs c) {
     float l = -INFINITY;
     if (lane < c.num) {
       l = c.lse[lane][lse_off];
-      if (!(l < INFINITY)) l = -INFINITY;  // +inf: no keys (the library's convention)
+      if (l == INFINITY) l = -INFINITY;  // +inf: no keys (the library's convention)
     }
     float m = l;
 #pragma unroll
     for (int x = 16; x > 0; x >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, x));
+    // fmaxf skips a NaN: a NaN lse sets m to NaN, so that every weight, out and lse below are NaN
+    if (__any_sync(0xffffffffu, isnan(l))) m = __int_as_float(0x7fffffff);
     float* const lse_dst = c.lse_out + lse_off;
     char* const o_dst = static_cast<char*>(c.out) + (bi * c.heads + h) * c.out_head * sizeof(TO);
     if (m == -INFINITY) {  // no partial saw a key

@@ -16,7 +16,7 @@ import {
   Tensor, appendKV, flashAttention, flashAttentionBackward, flashAttentionVarlen, flashAttentionVarlenBackward,
   mergeAttention, pagedAttention,
 } from '../../lib/index';
-import { Checker, caseName, checkBackwardCase, checkFp32, checkForwardCase } from '../helpers/harness';
+import { type AttnCase, Checker, caseName, checkBackwardCase, checkFp32, checkForwardCase } from '../helpers/harness';
 import { type PagedCase, checkPagedCase, checkVarlenCase, pagedName, prefix, varlenName } from '../helpers/inference';
 import { maskedDenseCases, pagedCases, varlenCases } from '../helpers/inference-cases';
 import {
@@ -256,6 +256,51 @@ describe('CPU audit: batches of zero sequences', () => {
     expect(bytesEqual(await rawBytes(kc), before)).toBe(true);
     expect(bytesEqual(await rawBytes(vc), vBefore)).toBe(true);
     disposeAll(q, r.out, r.lse, g.dq, g.dk, g.dv, kc, vc, p.out, p.lse);
+  });
+});
+
+describe('CPU audit: the cases API.md leaves open, as the README settles them', () => {
+  for (const [scale, dtype] of [[0, 'float32'], [-0.7, 'float32'], [-0.3, 'float16']] as const) {
+    const c: AttnCase = { seed: 5301, B: 2, Nq: 19, Nk: 23, H: 4, Hkv: 2, D: 16, dtype, causal: scale < 0, scale, layout: 'bshd' };
+    it(`scale ${scale}: forward ${caseName(c)}`, () => checkForwardCase(c, 'cpu'));
+    it(`scale ${scale}: backward ${caseName(c)}`, () => checkBackwardCase(c, 'cpu'));
+  }
+
+  it('mergeAttention: a -Infinity lse contributes nothing like +Infinity, a NaN lse makes its row NaN, a row no partial saw is 0 / +Infinity', async () => {
+    const rows = 4, H = 1, D = 3;
+    const outs = [0, 1, 2].map((i) => Tensor.from(Float32Array.from({ length: rows * H * D }, (_, j) => i * 10 + j), [rows, H, D]));
+    // lse per row and partial: row 0 one finite partial among +-Infinity; row 1 two finite ones and -Infinity;
+    // row 2 a NaN; row 3 none finite
+    const L = [[0.5, Infinity, NaN, Infinity], [-Infinity, 0.25, 1, -Infinity], [Infinity, 1.5, 0, Infinity]];
+    const lses = L.map((l) => Tensor.from(Float32Array.from(l), [H, rows]));
+    const r = await mergeAttention(outs, lses);
+    const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
+    const x = await Promise.all(outs.map((o) => o.toFloat32Array()));
+    expect(Array.from(out.subarray(0, D))).toEqual(Array.from(x[0].subarray(0, D)));  // row 0: partial 0 alone
+    expect(lse[0]).toBeCloseTo(0.5, 6);
+    const w1 = Math.exp(0.25), w2 = Math.exp(1.5), s = w1 + w2;  // row 1: partials 1 and 2 (lse as float32)
+    for (let d = 0; d < D; d++) expect(out[D + d]).toBeCloseTo((w1 * x[1][D + d] + w2 * x[2][D + d]) / s, 5);
+    expect(lse[1]).toBeCloseTo(Math.log(s), 6);
+    expect(Array.from(out.subarray(2 * D, 3 * D)).every(Number.isNaN)).toBe(true);
+    expect(Number.isNaN(lse[2])).toBe(true);
+    expect(Array.from(out.subarray(3 * D))).toEqual([0, 0, 0]);
+    expect(lse[3]).toBe(Infinity);
+    expect([r.out.dtype, r.lse.dtype]).toEqual(['float32', 'float32']);
+    const h = await mergeAttention(outs.map((o, i) => Tensor.from(new Float32Array(rows * H * D).fill(i), [rows, H, D], { dtype: 'bfloat16' })), lses);
+    expect([h.out.dtype, h.lse.dtype]).toEqual(['bfloat16', 'float32']);
+    disposeAll(...outs, ...lses, r.out, r.lse, h.out, h.lse);
+  });
+
+  it('maxSeqlenQ / maxSeqlenK above the longest sequence are accepted and change nothing', async () => {
+    const rng = new Rng(5307);
+    const q = randomTensor(rng, [9, 2, 8], 'float32').tensor, k = randomTensor(rng, [11, 1, 8], 'float32').tensor;
+    const v = randomTensor(rng, [11, 1, 8], 'float32').tensor;
+    const o = { cuSeqlensQ: Int32Array.from([0, 4, 9]), cuSeqlensK: Int32Array.from([0, 7, 11]), causal: true };
+    const a = await flashAttentionVarlen(q, k, v, o);
+    const b = await flashAttentionVarlen(q, k, v, { ...o, maxSeqlenQ: 1000, maxSeqlenK: 5000 });
+    expect(bytesEqual(await rawBytes(a.out), await rawBytes(b.out))).toBe(true);
+    expect(bytesEqual(await rawBytes(a.lse), await rawBytes(b.lse))).toBe(true);
+    disposeAll(q, k, v, a.out, a.lse, b.out, b.lse);
   });
 });
 

@@ -443,7 +443,8 @@ export async function checkMergeCase(c: MergeCase, device: Device): Promise<void
   const rng = new Rng(c.seed);
   const { B, N, H, D, dtype, parts } = c;
   const ck = new Checker(`merge ${device} ${dtype} parts=${parts} B${B} N${N} H${H} D${D} ${c.packed ? 'packed' : 'dense'} seed=${c.seed}`);
-  // Random partial results: out_i random, lse_i random in [-5, 5], some +inf.
+  // Random partial results: out_i random, lse_i random in [-5, 5], some +inf and -inf (partials that saw no key:
+  // they contribute nothing) and a few NaN (which make their row NaN, out and lse).
   const rowsN = B * N * H;
   const outs: Float64Array[] = [], lses: Float64Array[] = [];
   const toDispose: Tensor[] = [];
@@ -453,7 +454,10 @@ export async function checkMergeCase(c: MergeCase, device: Device): Promise<void
   for (let p = 0; p < parts; p++) {
     const o = buildTensor(rng.normals(rowsN * D), oShape, dtype);
     const l = new Float32Array(rowsN);
-    for (let i = 0; i < rowsN; i++) l[i] = rng.bool(0.15) ? Infinity : (rng.uniform() - 0.5) * 10;
+    for (let i = 0; i < rowsN; i++) {
+      const r = rng.uniform();
+      l[i] = r < 0.12 ? Infinity : r < 0.16 ? -Infinity : r < 0.175 ? NaN : (rng.uniform() - 0.5) * 10;
+    }
     outs.push(o.values);
     lses.push(Float64Array.from(l));
     const ot = await onDevice(o.tensor, device);
@@ -472,23 +476,43 @@ export async function checkMergeCase(c: MergeCase, device: Device): Promise<void
       for (let i = 0; i < N; i++) {
         for (let h = 0; h < H; h++) {
           const li = (b * H + h) * N + i, oi = ((b * N + i) * H + h) * D;
-          let m = -Infinity;
-          for (let p = 0; p < parts; p++) if (lses[p][li] < Infinity) m = Math.max(m, lses[p][li]);
+          const seen = (p: number) => Number.isFinite(lses[p][li]);
+          let m = -Infinity, nan = false;
+          for (let p = 0; p < parts; p++) {
+            if (Number.isNaN(lses[p][li])) nan = true;
+            else if (seen(p)) m = Math.max(m, lses[p][li]);
+          }
+          if (nan) {
+            refL[li] = NaN;
+            refO.fill(NaN, oi, oi + D);
+            continue;
+          }
           if (m === -Infinity) {
             refL[li] = Infinity;
             continue;
           }
           let s = 0;
-          for (let p = 0; p < parts; p++) if (lses[p][li] < Infinity) s += Math.exp(lses[p][li] - m);
+          for (let p = 0; p < parts; p++) if (seen(p)) s += Math.exp(lses[p][li] - m);
           refL[li] = m + Math.log(s);
           for (let p = 0; p < parts; p++) {
-            if (!(lses[p][li] < Infinity)) continue;
+            if (!seen(p)) continue;
             const w = Math.exp(lses[p][li] - refL[li]);
             for (let x = 0; x < D; x++) refO[oi + x] += w * outs[p][oi + x];
           }
         }
       }
     }
+    // NaN exactly where the reference has it; elsewhere the errors below
+    let nanMismatch = 0;
+    const notNaN = (got: Float64Array, ref: Float64Array) => {
+      for (let i = 0; i < ref.length; i++) {
+        if (Number.isNaN(ref[i]) !== Number.isNaN(got[i])) nanMismatch++;
+        if (Number.isNaN(ref[i])) got[i] = ref[i] = 0;
+      }
+    };
+    notNaN(lse, refL);
+    notNaN(out, refO);
+    ck.le('entries NaN in one of result and reference only', nanMismatch, 0);
     const lseErr = maxAbsErr(lse, refL);
     ck.le('lse max abs error', lseErr, 1e-5 * (1 + 10));
     const u = dtype === 'float32' ? 2e-6 : unitRoundoff(dtype) * 2;
