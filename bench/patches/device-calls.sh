@@ -240,6 +240,25 @@ case "${1:-w}" in
       log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     fi
     cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
+  fp)
+    # fifty-third session: the fp32 forward's softcap by the polynomial where the warp's tile allows (HB=poly): the
+    # GPU suite (FULL=1) or the files with fp32 softcap cases, the fuzz, and the softcap cost against HEAD's (m53)
+    HB=${HB:-poly}; use_addon $HB
+    mkdir -p "$OUT/fp"
+    xz -dc .devbin/m53/addon.xz > "$OUT/prev.node"
+    FA_ADDON_PATH="$OUT/prev.node" timeout 60 node scripts/softcap-cost.js 2>&1 | sed "s/^/m53: /" >> "$OUT/fp/softcap.log"
+    timeout 60 node scripts/softcap-cost.js 2>&1 | sed "s/^/poly: /" >> "$OUT/fp/softcap.log"
+    rm -f "$OUT/prev.node"; log "softcap cost done"
+    if [ "${FULL:-0}" = 1 ]; then
+      TEST_TIMEOUT=${ST:-300} OUT=$OUT/fp bash scripts/gpu-run.sh tests > "$OUT/fp/tests-step.log" 2>&1
+    else
+      FA_REQUIRE_GPU=1 timeout ${ST:-200} npx vitest run test/cuda/forward.test.ts test/cuda/fresh.test.ts test/cuda/inference.test.ts \
+        > "$OUT/fp/gpu-tests.log" 2>&1
+    fi
+    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fp/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    FUZZ_SEED=53003 FUZZ_SECONDS=${FZ:-40} timeout 120 node scripts/fuzz-api.mjs > "$OUT/fp/fuzz.log" 2>&1
+    log "fuzz rc=$? $(grep -aE 'fuzz-api summary' "$OUT/fp/fuzz.log" | tr '\n' ' ')"
+    cp "$OUT/calls.log" "$OUT/fp/"; tar -C "$OUT" -cJf "$OUT/fp.tar.xz" fp && rm -rf "$OUT/fp" ;;
   fx)
     # fifty-third session: the GPU suite on HEAD's build (d1ff71f's kernels), the fuzz under compute-sanitizer memcheck
     # and plainly, then the fp32 softcap's cost on the old build (.devbin/head) and the new one (HB)
