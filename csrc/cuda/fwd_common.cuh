@@ -232,35 +232,12 @@ __device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], c
                                                       int n, int mod, bool masked, int row_base, int t) {
   if (mod == kScoreSoftcap) {
     const float cap = a.softcap, sc = a.softcap_scale;
-    if constexpr (kPrecise) {
-      // fp32: the polynomial alone where the whole warp's tile is below kTanhPolyMax (NaN scores stay NaN
-      // either way), else libdevice's tanhf per score (fwd 1.14-1.21x the time without softcap at D 64,
-      // 1.07-1.11x at D 128, H100, fifty-third session; tanh.approx, 1.01-1.07x, was not fp32-accurate)
-      float amax = 0.f;
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            s[mt][nt][e] *= sc;
-            amax = fmaxf(amax, fabsf(s[mt][nt][e]));
-          }
-      const bool poly = __all_sync(0xffffffffu, amax < kTanhPolyMax);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * (poly ? tanh_poly(s[mt][nt][e]) : tanh_precise(s[mt][nt][e]));
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * softcap_tanh<false>(s[mt][nt][e] * sc);
-    }
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * softcap_tanh<kPrecise>(s[mt][nt][e] * sc);
   } else if (mod == kScoreNegate) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
