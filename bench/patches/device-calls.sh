@@ -6,7 +6,11 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (after the fifty-second session): the GPU suite and the fuzz (`npm run fuzz`, a few seeds, one under
+# NEXT (after the fifty-third session): on the H200 when it is lent, `HB=m53 YEND=330 ... pt` and `HB=m53 YEND=500 ... hp`
+# (.devbin/m53 = e6e12aa's 90a build: HEAD's kernels; its GPU suite passed on an H100, 1414 + 27, and the fuzz under
+# memcheck, case fx). The fp32 softcap's polynomial (fwd-softcap-poly.patch, case fp) measured slower and is out; a form
+# with the uniform branch around two whole loops (not a per-element select) is untried.
+# (fifty-second session's plan, done in the fifty-third:) the GPU suite and the fuzz (`npm run fuzz`, a few seeds, one under
 # compute-sanitizer memcheck) on a build of HEAD (.devbin/fix = d1ff71f's 90a build: the fp32 softcap's precise tanh; the
 # whole suite has not run on it, only the softcap cases, fresh.test.ts and the fuzz); the fp32 + softcap speed against
 # the old tanh (.devbin/head = cee3ccd's build); then, on the H200 when it is lent, pt and hp as below.
