@@ -244,6 +244,21 @@ case "${1:-w}" in
       log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     fi
     cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
+  fq)
+    # fifty-third session: the polynomial softcap with the branch around whole loops (HB=poly2): the softcap cost
+    # against HEAD's (m53), the fp32 forward's GPU tests, the fuzz of the dense forward under memcheck
+    HB=${HB:-poly2}; use_addon $HB
+    mkdir -p "$OUT/fq"
+    xz -dc .devbin/m53/addon.xz > "$OUT/prev.node"
+    FA_ADDON_PATH="$OUT/prev.node" timeout 40 node scripts/softcap-cost.js 2>&1 | sed "s/^/m53: /" >> "$OUT/fq/softcap.log"
+    timeout 40 node scripts/softcap-cost.js 2>&1 | sed "s/^/poly2: /" >> "$OUT/fq/softcap.log"
+    rm -f "$OUT/prev.node"; log "softcap cost done"
+    FA_REQUIRE_GPU=1 timeout ${ST:-60} npx vitest run test/cuda/forward.test.ts -t "float32|fp32" > "$OUT/fq/gpu-tests.log" 2>&1
+    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fq/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    FUZZ_ONLY=flashAttention FUZZ_SEED=53004 FUZZ_SECONDS=${FZ:-25} timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      node scripts/fuzz-api.mjs > "$OUT/fq/fuzz.log" 2>&1
+    log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fq/fuzz.log" | tr '\n' ' ')"
+    cp "$OUT/calls.log" "$OUT/fq/"; tar -C "$OUT" -cJf "$OUT/fq.tar.xz" fq && rm -rf "$OUT/fq" ;;
   fp)
     # fifty-third session: the fp32 forward's softcap by the polynomial where the warp's tile allows (HB=poly): the
     # GPU suite (FULL=1) or the files with fp32 softcap cases, the fuzz, and the softcap cost against HEAD's (m53)
