@@ -253,7 +253,7 @@ case "${1:-w}" in
     FA_ADDON_PATH="$OUT/prev.node" timeout 40 node scripts/softcap-cost.js 2>&1 | sed "s/^/m53: /" >> "$OUT/fq/softcap.log"
     timeout 40 node scripts/softcap-cost.js 2>&1 | sed "s/^/poly2: /" >> "$OUT/fq/softcap.log"
     rm -f "$OUT/prev.node"; log "softcap cost done"
-    FA_REQUIRE_GPU=1 timeout ${ST:-60} npx vitest run test/cuda/forward.test.ts -t "float32|fp32" > "$OUT/fq/gpu-tests.log" 2>&1
+    FA_REQUIRE_GPU=1 timeout ${ST:-60} npx vitest run test/cuda/forward.test.ts test/cuda/inference.test.ts test/cuda/fresh.test.ts -t "float32|fp32" > "$OUT/fq/gpu-tests.log" 2>&1
     log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fq/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     FUZZ_ONLY=flashAttention FUZZ_SEED=53004 FUZZ_SECONDS=${FZ:-25} timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
       node scripts/fuzz-api.mjs > "$OUT/fq/fuzz.log" 2>&1
