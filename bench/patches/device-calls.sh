@@ -8,8 +8,9 @@
 #
 # NEXT (after the fifty-third session): on the H200 when it is lent, `HB=m53 YEND=330 ... pt` and `HB=m53 YEND=500 ... hp`
 # (.devbin/m53 = e6e12aa's 90a build: HEAD's kernels; its GPU suite passed on an H100, 1414 + 27, and the fuzz under
-# memcheck, case fx). The fp32 softcap's polynomial (fwd-softcap-poly.patch, case fp) measured slower and is out; a form
-# with the uniform branch around two whole loops (not a per-element select) is untried.
+# memcheck, case fx). The fp32 softcap's polynomial (fwd-softcap-poly.patch, case fp) measured slower and is out; the
+# form with the uniform branch around two whole loops (fwd-softcap-poly2.patch: apply, build 90a into .devbin/poly2,
+# then case fq) was built but not run (no device time left).
 # (fifty-second session's plan, done in the fifty-third:) the GPU suite and the fuzz (`npm run fuzz`, a few seeds, one under
 # compute-sanitizer memcheck) on a build of HEAD (.devbin/fix = d1ff71f's 90a build: the fp32 softcap's precise tanh; the
 # whole suite has not run on it, only the softcap cases, fresh.test.ts and the fuzz); the fp32 + softcap speed against
@@ -245,7 +246,7 @@ case "${1:-w}" in
     fi
     cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
   fq)
-    # fifty-third session: the polynomial softcap with the branch around whole loops (HB=poly2): the softcap cost
+    # fifty-third session, not run yet: the polynomial softcap with the branch around whole loops (fwd-softcap-poly2.patch; HB=poly2): the softcap cost
     # against HEAD's (m53), the fp32 forward's GPU tests, the fuzz of the dense forward under memcheck
     HB=${HB:-poly2}; use_addon $HB
     mkdir -p "$OUT/fq"
