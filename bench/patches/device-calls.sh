@@ -107,6 +107,17 @@ bwd_turns() {
     bash scripts/gpu-run.sh turns > "$OUT/$1/turns-step.log" 2>&1
   log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/$1/turns.log") rows"
 }
+# the fp32 softcap's cost (scripts/softcap-cost.js) on the build .devbin/$2 and on this tree's addon ($HB), two passes
+# of each when $3 = 2, into $OUT/$1/softcap.log
+softcap_ab() {
+  local pass
+  xz -dc ".devbin/$2/addon.xz" > "$OUT/prev.node"
+  for pass in $(seq 1 "${3:-1}"); do
+    FA_ADDON_PATH="$OUT/prev.node" timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/$2 $pass: /" >> "$OUT/$1/softcap.log"
+    timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/$HB $pass: /" >> "$OUT/$1/softcap.log"
+  done
+  rm -f "$OUT/prev.node"; log "softcap cost done"
+}
 mkdir -p build/Release
 case "${1:-w}" in
   w)
@@ -246,39 +257,19 @@ case "${1:-w}" in
     fi
     cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
   fq)
-    # fifty-third session, not run yet: the polynomial softcap with the branch around whole loops (fwd-softcap-poly2.patch; HB=poly2): the softcap cost
-    # against HEAD's (m53), the fp32 forward's GPU tests, the fuzz of the dense forward under memcheck
+    # fifty-third session, not run yet: the polynomial softcap with the branch around whole loops (fwd-softcap-poly2.patch;
+    # HB=poly2): the softcap cost against HEAD's (m53), the fp32 cases of three GPU files, the fuzz of the dense forward
+    # under memcheck. (Case fp ran the per-score-select form, fwd-softcap-poly.patch, with the whole suite: git show
+    # 0bd64b3:bench/patches/device-calls.sh.)
     HB=${HB:-poly2}; use_addon $HB
     mkdir -p "$OUT/fq"
-    xz -dc .devbin/m53/addon.xz > "$OUT/prev.node"
-    FA_ADDON_PATH="$OUT/prev.node" timeout 40 node scripts/softcap-cost.js 2>&1 | sed "s/^/m53: /" >> "$OUT/fq/softcap.log"
-    timeout 40 node scripts/softcap-cost.js 2>&1 | sed "s/^/poly2: /" >> "$OUT/fq/softcap.log"
-    rm -f "$OUT/prev.node"; log "softcap cost done"
+    softcap_ab fq m53
     FA_REQUIRE_GPU=1 timeout ${ST:-60} npx vitest run test/cuda/forward.test.ts test/cuda/inference.test.ts test/cuda/fresh.test.ts -t "float32|fp32" > "$OUT/fq/gpu-tests.log" 2>&1
     log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fq/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     FUZZ_ONLY=flashAttention FUZZ_SEED=53004 FUZZ_SECONDS=${FZ:-25} timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
       node scripts/fuzz-api.mjs > "$OUT/fq/fuzz.log" 2>&1
     log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fq/fuzz.log" | tr '\n' ' ')"
     cp "$OUT/calls.log" "$OUT/fq/"; tar -C "$OUT" -cJf "$OUT/fq.tar.xz" fq && rm -rf "$OUT/fq" ;;
-  fp)
-    # fifty-third session: the fp32 forward's softcap by the polynomial where the warp's tile allows (HB=poly): the
-    # GPU suite (FULL=1) or the files with fp32 softcap cases, the fuzz, and the softcap cost against HEAD's (m53)
-    HB=${HB:-poly}; use_addon $HB
-    mkdir -p "$OUT/fp"
-    xz -dc .devbin/m53/addon.xz > "$OUT/prev.node"
-    FA_ADDON_PATH="$OUT/prev.node" timeout 60 node scripts/softcap-cost.js 2>&1 | sed "s/^/m53: /" >> "$OUT/fp/softcap.log"
-    timeout 60 node scripts/softcap-cost.js 2>&1 | sed "s/^/poly: /" >> "$OUT/fp/softcap.log"
-    rm -f "$OUT/prev.node"; log "softcap cost done"
-    if [ "${FULL:-0}" = 1 ]; then
-      TEST_TIMEOUT=${ST:-300} OUT=$OUT/fp bash scripts/gpu-run.sh tests > "$OUT/fp/tests-step.log" 2>&1
-    else
-      FA_REQUIRE_GPU=1 timeout ${ST:-200} npx vitest run test/cuda/forward.test.ts test/cuda/fresh.test.ts test/cuda/inference.test.ts \
-        > "$OUT/fp/gpu-tests.log" 2>&1
-    fi
-    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fp/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
-    FUZZ_SEED=53003 FUZZ_SECONDS=${FZ:-40} timeout 120 node scripts/fuzz-api.mjs > "$OUT/fp/fuzz.log" 2>&1
-    log "fuzz rc=$? $(grep -aE 'fuzz-api summary' "$OUT/fp/fuzz.log" | tr '\n' ' ')"
-    cp "$OUT/calls.log" "$OUT/fp/"; tar -C "$OUT" -cJf "$OUT/fp.tar.xz" fp && rm -rf "$OUT/fp" ;;
   fx)
     # fifty-third session: the GPU suite on HEAD's build (d1ff71f's kernels), the fuzz under compute-sanitizer memcheck
     # and plainly, then the fp32 softcap's cost on the old build (.devbin/head) and the new one (HB)
@@ -291,12 +282,7 @@ case "${1:-w}" in
     log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fx/fuzz-memcheck.log" | tail -3 | tr '\n' ' ')"
     FUZZ_SEED=53002 FUZZ_SECONDS=${FZ:-40} timeout 200 node scripts/fuzz-api.mjs > "$OUT/fx/fuzz.log" 2>&1
     log "fuzz rc=$? $(grep -aE 'fuzz-api summary' "$OUT/fx/fuzz.log" | tr '\n' ' ')"
-    xz -dc .devbin/head/addon.xz > "$OUT/old.node"
-    for pass in 1 2; do
-      FA_ADDON_PATH="$OUT/old.node" timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/old $pass: /" >> "$OUT/fx/softcap.log"
-      timeout 100 node scripts/softcap-cost.js 2>&1 | sed "s/^/new $pass: /" >> "$OUT/fx/softcap.log"
-    done
-    rm -f "$OUT/old.node"; log "softcap cost done"
+    softcap_ab fx head 2
     timeout $(( ${YEND:-575} - $(el) )) node dist/bench/cli.js --quick --fp32 --hdim 128 --dir fwd,bwd --compare torch \
       --out "$OUT/fx/bench" > "$OUT/fx/bench.log" 2>&1
     log "bench rc=$?"
