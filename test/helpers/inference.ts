@@ -504,14 +504,14 @@ export async function checkMergeCase(c: MergeCase, device: Device): Promise<void
     }
     // NaN exactly where the reference has it; elsewhere the errors below
     let nanMismatch = 0;
-    const notNaN = (got: Float64Array, ref: Float64Array) => {
+    const matchNaN = (got: Float64Array, ref: Float64Array) => {  // counts mismatches, then zeroes the NaN entries
       for (let i = 0; i < ref.length; i++) {
         if (Number.isNaN(ref[i]) !== Number.isNaN(got[i])) nanMismatch++;
         if (Number.isNaN(ref[i])) got[i] = ref[i] = 0;
       }
     };
-    notNaN(lse, refL);
-    notNaN(out, refO);
+    matchNaN(lse, refL);
+    matchNaN(out, refO);
     ck.le('entries NaN in one of result and reference only', nanMismatch, 0);
     const lseErr = maxAbsErr(lse, refL);
     ck.le('lse max abs error', lseErr, 1e-5 * (1 + 10));
