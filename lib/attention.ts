@@ -3,7 +3,7 @@
 // CUDA calls are stream-ordered: the kernels are queued on the device's stream and the Promise
 // settles at once with the output tensors (see tensor.ts and the README); CPU calls settle when
 // their work is done.
-import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
+import { checkBoolean, checkFloatDtype, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
 import { F, OP, S, callSlots, native, newParams, slotArray, type Handle, type HostArray, type SlotName, type SlotValue } from './native';
 import {
   DTYPE_CODE, ELEMENT_BYTES, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuIdle, cpuPlan, inCpuOrder, spareHandle, storageOf, wrapDevice, wrapHost, OutLse, Grads, type DType,
@@ -211,7 +211,7 @@ function checkProblem(fn: string, q: unknown, k: unknown, v: unknown, opts: Reco
     }
   }
   // q's own dtype first: with an int32 q, the message names q rather than a k or v that is right
-  if (tq.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tq.dtype);
+  checkFloatDtype(fn, 'q.dtype', tq.dtype);
   if (tk.dtype !== tq.dtype) throw typeError(fn, 'k.dtype', `must equal q.dtype = '${tq.dtype}'`, tk.dtype);
   if (tv.dtype !== tq.dtype) throw typeError(fn, 'v.dtype', `must equal q.dtype = '${tq.dtype}'`, tv.dtype);
   if (tk.device !== tq.device) throw typeError(fn, 'k.device', `must equal q.device = '${tq.device}'`, tk.device);

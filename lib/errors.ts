@@ -58,6 +58,11 @@ export function rangeError(fn: string, arg: string, expected: string, given: unk
   return new RangeError(`${fn}: ${arg} ${expected}, got ${raw ? String(given) : describe(given)}`);
 }
 
+/** An attention tensor's dtype must be a float type: an int32 one (an index array passed by mistake) is named. */
+export function checkFloatDtype(fn: string, arg: string, dtype: string): void {
+  if (dtype === 'int32') throw typeError(fn, arg, `must be 'float32', 'float16' or 'bfloat16'`, dtype);
+}
+
 /** The known name that `name` was probably meant to be (a misspelt option), or undefined. */
 export function suggest(name: string, known: readonly string[]): string | undefined {
   const lower = name.toLowerCase().replace(/^is/, '');

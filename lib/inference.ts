@@ -12,7 +12,7 @@ import {
   MAX_HEAD_DIM, checkCudaHeadDim, checkMask, checkOutput, checkTensorArg, deviceIndex, fillMask, hostArray, outSlot, runCall, runSlots,
   slotOf, type Mask, type MaskOptions,
 } from './attention';
-import { checkBoolean, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
+import { checkBoolean, checkFloatDtype, checkInt, checkOptions, describe, optionList, rangeError, typeError } from './errors';
 import { F, OP, S, native, newParams, type Handle, type HostArray, type SlotValue } from './native';
 import { copyTyped, typedArrayKind } from './typed';
 import { DTYPE_CODE, MAX_ELEMENTS, Tensor, callNative, callNativeAsync, cpuPlan, inCpuOrder, ownCopy, OutLse, Grads, storageOf, wrapDevice, wrapHost, type DType } from './tensor';
@@ -227,7 +227,7 @@ function checkPackedQKV(fn: string, q: unknown, k: unknown, v: unknown) {
 
 /** q's dtype is a float type; `a` (and `b`) have q's dtype and device. */
 function checkSameKind(fn: string, ref: Tensor, nameA: string, a: Tensor, nameB?: string, b?: Tensor): void {
-  if (ref.dtype === 'int32') throw typeError(fn, 'q.dtype', `must be 'float32', 'float16' or 'bfloat16'`, ref.dtype);
+  checkFloatDtype(fn, 'q.dtype', ref.dtype);
   sameKind(fn, ref, nameA, a);
   if (b !== undefined) sameKind(fn, ref, nameB!, b);
 }
@@ -411,7 +411,7 @@ function checkCaches(fn: string, kc: unknown, vc: unknown) {
   if (pageSize < 1) throw rangeError(fn, 'kCache.shape[1] (pageSize)', 'must be at least 1', pageSize);
   if (Hkv < 1) throw rangeError(fn, 'kCache.shape[2] (headsK)', 'must be at least 1', Hkv);
   if (D < 1 || D > MAX_HEAD_DIM) throw rangeError(fn, 'kCache.shape[3] (headDim)', `must be between 1 and ${MAX_HEAD_DIM}`, D);
-  if (tk.dtype === 'int32') throw typeError(fn, 'kCache.dtype', `must be 'float32', 'float16' or 'bfloat16'`, tk.dtype);
+  checkFloatDtype(fn, 'kCache.dtype', tk.dtype);
   if (tv.dtype !== tk.dtype) throw typeError(fn, 'vCache.dtype', `must equal kCache.dtype = '${tk.dtype}'`, tv.dtype);
   if (tv.device !== tk.device) throw typeError(fn, 'vCache.device', `must equal kCache.device = '${tk.device}'`, tv.device);
   return { tk, tv, numPages, pageSize, Hkv, D };
@@ -778,7 +778,7 @@ export async function mergeAttention(outs: Tensor[], lses: Tensor[], options?: {
   if (o0.shape.length !== 3 && o0.shape.length !== 4) {
     throw rangeError(fn, 'outs[0].shape', 'must be [totalQ, heads, headDim] or [batch, seqlenQ, heads, headDim]', o0.shape);
   }
-  if (o0.dtype === 'int32') throw typeError(fn, 'outs[0].dtype', `must be 'float32', 'float16' or 'bfloat16'`, o0.dtype);
+  checkFloatDtype(fn, 'outs[0].dtype', o0.dtype);
   const packed = o0.shape.length === 3;
   const [B, N, H, D] = packed ? [1, o0.shape[0], o0.shape[1], o0.shape[2]] : o0.shape;
   const lseShape = packed ? [H, N] : [B, H, N];
