@@ -118,6 +118,15 @@ softcap_ab() {
   done
   rm -f "$OUT/prev.node"; log "softcap cost done"
 }
+# a vitest run's totals in calls.log: log_tests <its exit status> <its log>
+log_tests() { log "tests rc=$1 $(grep -aE 'Test Files|Tests ' "$2" | tr -d '\033' | tr '\n' ' ')"; }
+# the GPU suite (gpu-run.sh tests) into $OUT/$1, within $2 s for its parallel files, and its totals in calls.log
+gpu_suite() {
+  TEST_TIMEOUT=$2 OUT=$OUT/$1 bash scripts/gpu-run.sh tests > "$OUT/$1/tests-step.log" 2>&1
+  log_tests $? "$OUT/$1/gpu-tests.log"
+}
+# $OUT/$1 and calls.log as one file, $1.tar.xz (a call returns at most 8 files)
+pack_case() { cp "$OUT/calls.log" "$OUT/$1/"; tar -C "$OUT" -cJf "$OUT/$1.tar.xz" "$1" && rm -rf "$OUT/$1"; }
 mkdir -p build/Release
 case "${1:-w}" in
   w)
@@ -138,7 +147,7 @@ case "${1:-w}" in
         test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts > "$OUT/w/tests-$v.log" 2>&1
       log "$v tests rc=$? $(grep -aE 'Tests ' "$OUT/w/tests-$v.log" | tail -1)"
     done
-    cp "$OUT/calls.log" "$OUT/w/"; tar -C "$OUT" -cJf "$OUT/w.tar.xz" w && rm -rf "$OUT/w" ;;
+    pack_case w ;;
   v)
     # forty-first session: the staged epilogue as the default (key split and, new, the row split at
     # D 256): .devbin/new (this tree's 90a build, all head dims) through the GPU suite with the
@@ -157,7 +166,7 @@ case "${1:-w}" in
     TURNS_CELLS="$cells" TURNS_DIRS=bwd TURNS_ROUNDS=5 TURNS_TIMEOUT=$(( ${YEND:-540} - 10 - $(el) )) OUT=$OUT/v \
       bash scripts/gpu-run.sh turns > "$OUT/v/turns-step.log" 2>&1
     log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/v/turns.log") cells"
-    cp "$OUT/calls.log" "$OUT/v/"; tar -C "$OUT" -cJf "$OUT/v.tar.xz" v && rm -rf "$OUT/v" ;;
+    pack_case v ;;
   q)
     # forty-first session, second call: the dQ writer's last wait (bwd-dq-tail.patch, .devbin/dqtail) against
     # the new default (.devbin/new) in turns, the backward test files on it, the GPU test file that the
@@ -177,7 +186,7 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout $(( ${YEND:-420} - 10 - $(el) )) npx vitest run test/cuda/backward.test.ts test/cuda/bwd-walks.test.ts \
       > "$OUT/q/tests-dqtail.log" 2>&1
     log "dqtail tests rc=$? $(grep -aE 'Tests ' "$OUT/q/tests-dqtail.log" | tail -1)"
-    cp "$OUT/calls.log" "$OUT/q/"; tar -C "$OUT" -cJf "$OUT/q.tar.xz" q && rm -rf "$OUT/q" ;;
+    pack_case q ;;
   gr)
     # forty-eighth session, with little device time left: the GPU test files that exercise what cef3f2c changed (the
     # Tensor API, stream order, workers, index arrays, faults, small random shapes), then tensor / stream alone
@@ -190,14 +199,14 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout ${HEAVY_TIMEOUT:-150} npx vitest run test/cuda/tensor.test.ts test/cuda/stream.test.ts \
       --no-file-parallelism > "$OUT/gr/gpu-tests-heavy.log" 2>&1
     log "tensor / stream rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/gr/gpu-tests-heavy.log" | tr -d '\033' | tr '\n' ' ')"
-    cp "$OUT/calls.log" "$OUT/gr/"; tar -C "$OUT" -cJf "$OUT/gr.tar.xz" gr && rm -rf "$OUT/gr" ;;
+    pack_case gr ;;
   ix)
     # fifty-first session: the index-array test files (the new decode-step chain among them) on HEAD's binding
     HB=${HB:-ab}; use_addon $HB
     mkdir -p "$OUT/ix"
     FA_REQUIRE_GPU=1 timeout ${ZT:-200} npx vitest run test/cuda/index-stream.test.ts test/cuda/index-staged.test.ts > "$OUT/ix/tests.log" 2>&1
-    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ix/tests.log" | tr -d '\033' | tr '\n' ' ')"
-    cp "$OUT/calls.log" "$OUT/ix/"; tar -C "$OUT" -cJf "$OUT/ix.tar.xz" ix && rm -rf "$OUT/ix" ;;
+    log_tests $? "$OUT/ix/tests.log"
+    pack_case ix ;;
   zc)
     # (measured and dropped: bench/patches/index-direct.patch; NOTES-inference.md, fifty-first session)
     # fifty-first session: small host index arrays of decode steps and appendKV read in place by the kernels
@@ -209,7 +218,7 @@ case "${1:-w}" in
     mkdir -p "$OUT/zc"
     FA_REQUIRE_GPU=1 timeout ${ZT:-200} npx vitest run test/cuda/index-stream.test.ts test/cuda/index-staged.test.ts test/cuda/inference.test.ts \
       > "$OUT/zc/tests.log" 2>&1
-    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/zc/tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log_tests $? "$OUT/zc/tests.log"
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/direct-index-smoke.js 6 > "$OUT/zc/memcheck.log" 2>&1
     log "memcheck rc=$? $(grep -E 'ok=|ERROR SUMMARY' "$OUT/zc/memcheck.log" | tr '\n' ' ')"
     timeout 60 node scripts/direct-index-smoke.js 40 > "$OUT/zc/smoke.log" 2>&1
@@ -219,7 +228,7 @@ case "${1:-w}" in
       grep -E "per layer-step" /tmp/zc-$d-$r.log | sed "s/^/direct=$d round $r: /" >> "$OUT/zc/serve.log"
     done; done
     log "serve turns done"
-    cp "$OUT/calls.log" "$OUT/zc/"; tar -C "$OUT" -cJf "$OUT/zc.tar.xz" zc && rm -rf "$OUT/zc" ;;
+    pack_case zc ;;
   st)
     # fifty-first session: the ping-pong turn around the softmax (FA_WS_SOFTMAX_TURN, fwd-softmax-turn.patch;
     # .devbin/st = its 90a build, D 128 only) against HEAD's kernels (.devbin/ab) in turns, after the SASS of the
@@ -233,7 +242,7 @@ case "${1:-w}" in
     AB_DIR=fwd AB_TAG=st-ab AB_ROUNDS=${AR:-3} AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--dtype fp16,bf16 --hdim 128 --seqlen 512,1024,2048,4096,8192,16384" \
       AB_ADDON=".devbin/st/addon.xz" OUT=$OUT/st timeout ${AT:-220} bash scripts/gpu-run.sh fwd-ab > "$OUT/st/ab-step.log" 2>&1
     log "st ab rc=$?"
-    cp "$OUT/calls.log" "$OUT/st/"; tar -C "$OUT" -cJf "$OUT/st.tar.xz" st && rm -rf "$OUT/st" ;;
+    pack_case st ;;
   ov)
     # fifty-first session: the D 128 two-consumer forward's softmax beside its own P V (FA_WS_PV_OVERLAP,
     # fwd-pv-overlap.patch; .devbin/ov = its 90a build (D 128 only for the A/B, all head dims for ST); the first
@@ -252,10 +261,9 @@ case "${1:-w}" in
     log "ov ab rc=$?"
     if [ "${ST:-0}" != 0 ]; then
       use_addon ov
-      TEST_TIMEOUT=$ST OUT=$OUT/ov bash scripts/gpu-run.sh tests > "$OUT/ov/tests-step.log" 2>&1
-      log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/ov/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+      gpu_suite ov $ST
     fi
-    cp "$OUT/calls.log" "$OUT/ov/"; tar -C "$OUT" -cJf "$OUT/ov.tar.xz" ov && rm -rf "$OUT/ov" ;;
+    pack_case ov ;;
   fq)
     # fifty-third session, not run yet: the polynomial softcap with the branch around whole loops (fwd-softcap-poly2.patch;
     # HB=poly2): the softcap cost against HEAD's (m53), the fp32 cases of three GPU files, the fuzz of the dense forward
@@ -265,18 +273,17 @@ case "${1:-w}" in
     mkdir -p "$OUT/fq"
     softcap_ab fq m53
     FA_REQUIRE_GPU=1 timeout ${ST:-60} npx vitest run test/cuda/forward.test.ts test/cuda/inference.test.ts test/cuda/fresh.test.ts -t "float32|fp32" > "$OUT/fq/gpu-tests.log" 2>&1
-    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fq/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    log_tests $? "$OUT/fq/gpu-tests.log"
     FUZZ_ONLY=flashAttention FUZZ_SEED=53004 FUZZ_SECONDS=${FZ:-25} timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
       node scripts/fuzz-api.mjs > "$OUT/fq/fuzz.log" 2>&1
     log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fq/fuzz.log" | tr '\n' ' ')"
-    cp "$OUT/calls.log" "$OUT/fq/"; tar -C "$OUT" -cJf "$OUT/fq.tar.xz" fq && rm -rf "$OUT/fq" ;;
+    pack_case fq ;;
   fx)
     # fifty-third session: the GPU suite on HEAD's build (d1ff71f's kernels), the fuzz under compute-sanitizer memcheck
     # and plainly, then the fp32 softcap's cost on the old build (.devbin/head) and the new one (HB)
     HB=${HB:-fix}; use_addon $HB
     mkdir -p "$OUT/fx"
-    TEST_TIMEOUT=${ST:-300} OUT=$OUT/fx bash scripts/gpu-run.sh tests > "$OUT/fx/tests-step.log" 2>&1
-    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fx/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+    gpu_suite fx ${ST:-300}
     FUZZ_SEED=53001 FUZZ_SECONDS=${FZM:-90} timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
       node scripts/fuzz-api.mjs > "$OUT/fx/fuzz-memcheck.log" 2>&1
     log "fuzz memcheck rc=$? $(grep -aE 'fuzz-api summary|ERROR SUMMARY' "$OUT/fx/fuzz-memcheck.log" | tail -3 | tr '\n' ' ')"
@@ -286,15 +293,14 @@ case "${1:-w}" in
     timeout $(( ${YEND:-575} - $(el) )) node dist/bench/cli.js --quick --fp32 --hdim 128 --dir fwd,bwd --compare torch \
       --out "$OUT/fx/bench" > "$OUT/fx/bench.log" 2>&1
     log "bench rc=$?"
-    cp "$OUT/calls.log" "$OUT/fx/"; tar -C "$OUT" -cJf "$OUT/fx.tar.xz" fx && rm -rf "$OUT/fx" ;;
+    pack_case fx ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
     # forty-sixth session) on this tree's TypeScript (dbb82d6's CPU-order plan is in every upload and read-back)
     HB=${HB:-new3}; use_addon $HB
     mkdir -p "$OUT/gt"
-    TEST_TIMEOUT=${ST:-330} OUT=$OUT/gt bash scripts/gpu-run.sh tests > "$OUT/gt/tests-step.log" 2>&1
-    log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/gt/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
-    cp "$OUT/calls.log" "$OUT/gt/"; tar -C "$OUT" -cJf "$OUT/gt.tar.xz" gt && rm -rf "$OUT/gt" ;;
+    gpu_suite gt ${ST:-330}
+    pack_case gt ;;
   pt)
     # forty-eighth session: page 1 against page 16 in decode, in turns (scripts/decode-page-turns.js: B 1 / 16 / 64 x
     # 16k, two passes), then issue 11's benches next to torch (decode, varlen, paged prefill, serving loop)
@@ -307,7 +313,7 @@ case "${1:-w}" in
     timeout $(( ${YEND:-400} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --serve-seqs 1,64 --compare torch \
       --out "$OUT/pt/inf" > "$OUT/pt/inference-bench.log" 2>&1
     log "inference benches rc=$?"
-    cp "$OUT/calls.log" "$OUT/pt/"; tar -C "$OUT" -cJf "$OUT/pt.tar.xz" pt && rm -rf "$OUT/pt" ;;
+    pack_case pt ;;
   hp)
     # forty-second session, call 2: the fwd + bwd grid in turns with cuDNN (each step capped), then ncu on the
     # backward at fp16 D 128 full N 16k, ours (preprocess / main / convert) and cuDNN's bprop: L2 reduction /
@@ -328,7 +334,7 @@ case "${1:-w}" in
     timeout $(( ${YEND:-570} - 10 - $(el) )) node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
       --seqlen 1024,4096 --causal both --api-ms 40 --deterministic --out "$OUT/h/det" > "$OUT/h/det.log" 2>&1
     log "deterministic rc=$?"
-    cp "$OUT/calls.log" "$OUT/h/"; tar -C "$OUT" -cJf "$OUT/h.tar.xz" h && rm -rf "$OUT/h" ;;
+    pack_case h ;;
   hi)
     # forty-fourth session, call 1 (the H200): this tree's build (.devbin/new, all head dims) through the GPU
     # suite with the sanitizers (the cp.async kernel's dQ-first order had run only its backward tests), then
@@ -341,7 +347,7 @@ case "${1:-w}" in
     timeout $(( ${YEND:-580} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --compare torch \
       --out "$OUT/hi/inf" > "$OUT/hi/inf.log" 2>&1
     log "inference benches rc=$?"
-    cp "$OUT/calls.log" "$OUT/hi/"; tar -C "$OUT" -cJf "$OUT/hi.tar.xz" hi && rm -rf "$OUT/hi" ;;
+    pack_case hi ;;
   ar)
     # forty-fifth session: every consumer thread arrives on the backward's stage "empty" barrier (.devbin/arr =
     # this tree's 90a build, all head dims; .devbin/new2 = 710d739's, the lane-0 arrivals): racecheck on
@@ -364,7 +370,7 @@ case "${1:-w}" in
     AB_DIR=bwd AB_TAG=ar-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128,256 --seqlen 1024,4096" \
       AB_ADDON=".devbin/arr/addon.xz" OUT=$OUT/ar timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab > "$OUT/ar/ab-step.log" 2>&1
     log "arr ab rc=$?"
-    cp "$OUT/calls.log" "$OUT/ar/"; tar -C "$OUT" -cJf "$OUT/ar.tar.xz" ar && rm -rf "$OUT/ar" ;;
+    pack_case ar ;;
   rp)
     # forty-seventh session (ran on the H200: neutral; the patch is gone: `git show c23c17d:bench/patches/fwd-release-pred.patch`;
     # prepared in the forty-fifth session): the forward's stage releases as one predicated arrival (no
@@ -378,7 +384,7 @@ case "${1:-w}" in
     AB_DIR=fwd AB_TAG=rp-ab AB_ROUNDS=3 AB_TORCH=0 AB_TIMEOUT=40 AB_ARGS="--dtype fp16,bf16 --hdim 64,128,256 --seqlen 512,1024,4096" \
       AB_ADDON=".devbin/rpred/addon.xz" OUT=$OUT/rp timeout 200 bash scripts/gpu-run.sh fwd-ab > "$OUT/rp/ab-step.log" 2>&1
     log "rpred ab rc=$?"
-    cp "$OUT/calls.log" "$OUT/rp/"; tar -C "$OUT" -cJf "$OUT/rp.tar.xz" rp && rm -rf "$OUT/rp" ;;
+    pack_case rp ;;
   fin)
     # forty-fifth session, last call: 8c9bfdf's build (.devbin/arr). On an H200: the D 64 and D 128 backward against
     # cuDNN in turns (issue 12 is read there); on an H100: the whole GPU suite (its backward files, det-check and the
@@ -390,9 +396,9 @@ case "${1:-w}" in
       bwd_turns fin "64 128" 280
     else
       TEST_TIMEOUT=$(( ${YEND:-280} - 40 - $(el) )) OUT=$OUT/fin bash scripts/gpu-run.sh tests > "$OUT/fin/tests-step.log" 2>&1
-      log "tests rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/fin/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
+      log_tests $? "$OUT/fin/gpu-tests.log"
     fi
-    cp "$OUT/calls.log" "$OUT/fin/"; tar -C "$OUT" -cJf "$OUT/fin.tar.xz" fin && rm -rf "$OUT/fin" ;;
+    pack_case fin ;;
   ar3)
     # forty-fifth session: .devbin/arr2 (also the forward's empty barriers and the backward's dQ-full barriers
     # take every thread's arrival) against .devbin/arr (8c9bfdf) in turns, forward and backward; then the
@@ -412,7 +418,7 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout $(( ${YEND:-400} - 10 - $(el) )) npx vitest run test/cuda/forward.test.ts test/cuda/inference.test.ts \
       test/cuda/backward.test.ts > "$OUT/ar3/tests.log" 2>&1
     log "tests rc=$? $(grep -aE 'Tests ' "$OUT/ar3/tests.log" | tr -d '\033' | tail -1)"
-    cp "$OUT/calls.log" "$OUT/ar3/"; tar -C "$OUT" -cJf "$OUT/ar3.tar.xz" ar3 && rm -rf "$OUT/ar3" ;;
+    pack_case ar3 ;;
   ar2)
     # forty-fifth session, after ar: the A/B again at D 64 / 128 (3 rounds), then arr's D 64 backward against
     # cuDNN in turns (issue 12's cells)
@@ -424,7 +430,7 @@ case "${1:-w}" in
     log "arr ab rc=$?"
     use_addon arr
     bwd_turns ar2 64 300
-    cp "$OUT/calls.log" "$OUT/ar2/"; tar -C "$OUT" -cJf "$OUT/ar2.tar.xz" ar2 && rm -rf "$OUT/ar2" ;;
+    pack_case ar2 ;;
   rc)
     # forty-fifth session: the row split's racecheck hazards (case rs: the same 16 with the consumers also
     # arriving on the stage's empty barrier, so not the writer's hop): per-hazard detail (threads, blocks) on
@@ -443,7 +449,7 @@ case "${1:-w}" in
     use_addon allarr
     timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 node scripts/rowsplit-race.js > "$OUT/rc/race-allarr.log" 2>&1
     log "racecheck allarr rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/rc/race-allarr.log" | tail -1)"
-    cp "$OUT/calls.log" "$OUT/rc/"; tar -C "$OUT" -cJf "$OUT/rc.tar.xz" rc && rm -rf "$OUT/rc" ;;
+    pack_case rc ;;
   rs)
     # forty-fourth session, prepared for the next: (1) the row split's racecheck hazards (NOTES-bwd.md,
     # forty-fourth session): scripts/rowsplit-race.js under racecheck on this tree's build (.devbin/new2 =
@@ -467,7 +473,7 @@ case "${1:-w}" in
     timeout $(( ${YEND:-580} - 10 - $(el) )) node dist/bench/cli.js --dir bwd --dtype fp16,bf16 --hdim 64,128,256 \
       --seqlen 1024,4096 --causal both --api-ms 150 --deterministic --out "$OUT/rs/det" > "$OUT/rs/det.log" 2>&1
     log "deterministic rc=$?"
-    cp "$OUT/calls.log" "$OUT/rs/"; tar -C "$OUT" -cJf "$OUT/rs.tar.xz" rs && rm -rf "$OUT/rs" ;;
+    pack_case rs ;;
   s)
     # forty-second session, call 1: the cp.async Hopper backward (packed batches; FA_BWD_SM90=cpasync on dense
     # calls) with its dK / dV through shared memory, as the warp-specialised kernel's (.devbin/new), against
@@ -483,7 +489,7 @@ case "${1:-w}" in
     use_addon new
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/s bash scripts/gpu-run.sh tests-san > "$OUT/s/tests-san-step.log" 2>&1
     log "tests-san rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/s/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
-    cp "$OUT/calls.log" "$OUT/s/"; tar -C "$OUT" -cJf "$OUT/s.tar.xz" s && rm -rf "$OUT/s" ;;
+    pack_case s ;;
   p)
     # forty-second session, call 3: where the D 128 backward's energy goes. Two probe builds (dQ wrong by design,
     # timing / power only; D 128 only): .devbin/noreduce (bwd-dq-probe-noreduce.patch: the dQ writer issues no
@@ -504,7 +510,7 @@ case "${1:-w}" in
       log "trace rc=$?"
     fi
     use_addon new
-    cp "$OUT/calls.log" "$OUT/p/"; tar -C "$OUT" -cJf "$OUT/p.tar.xz" p && rm -rf "$OUT/p" ;;
+    pack_case p ;;
   d)
     # forty-second session, call 4: dQ added by the consumers themselves (.devbin/direct,
     # bwd-dq-probe-direct.patch: red.global.add.v4 from the accumulators, no image in shared memory; dQ right in
@@ -517,7 +523,7 @@ case "${1:-w}" in
       > "$OUT/d/ab-step.log" 2>&1
     log "direct ab rc=$?"
     use_addon new
-    cp "$OUT/calls.log" "$OUT/d/"; tar -C "$OUT" -cJf "$OUT/d.tar.xz" d && rm -rf "$OUT/d" ;;
+    pack_case d ;;
   f)
     # forty-third session, call 2: FA_BWD_WS_DQ_FIRST (.devbin/dqfirst: the W 128 key split issues the dQ product
     # before dK and stages the dQ image while dK runs, FA3's order) against this build in turns, 200 ms rounds, then
@@ -535,7 +541,7 @@ case "${1:-w}" in
       test/cuda/bwd-walks.test.ts > "$OUT/f/tests-dqfirst.log" 2>&1
     log "dqfirst tests rc=$? $(grep -aE 'Tests ' "$OUT/f/tests-dqfirst.log" | tail -1)"
     use_addon new
-    cp "$OUT/calls.log" "$OUT/f/"; tar -C "$OUT" -cJf "$OUT/f.tar.xz" f && rm -rf "$OUT/f" ;;
+    pack_case f ;;
   g)
     # forty-third session, call 3: this tree's build with FA_BWD_WS_DQ_FIRST on (.devbin/new2, all head dims)
     # through the GPU suite with the sanitizers, then the D 128 backward cells against cuDNN in turns
@@ -546,7 +552,7 @@ case "${1:-w}" in
     TEST_TIMEOUT=${ST:-330} OUT=$OUT/g bash scripts/gpu-run.sh tests-san > "$OUT/g/tests-san-step.log" 2>&1
     log "tests-san rc=$? $(grep -aE 'Test Files|Tests ' "$OUT/g/gpu-tests.log" | tr -d '\033' | tr '\n' ' ')"
     bwd_turns g 128 590
-    cp "$OUT/calls.log" "$OUT/g/"; tar -C "$OUT" -cJf "$OUT/g.tar.xz" g && rm -rf "$OUT/g" ;;
+    pack_case g ;;
   tb)
     # forty-sixth session: the backward against cuDNN in turns at the head dims given (TB_D, default 64 and 256;
     # g reads D 128), fp16 / bf16, full / causal, N 512..16k, on the build GB
@@ -555,7 +561,7 @@ case "${1:-w}" in
     use_addon $GB
     mkdir -p "$OUT/tb"
     bwd_turns tb "${TB_D:-64 256}" 300
-    cp "$OUT/calls.log" "$OUT/tb/"; tar -C "$OUT" -cJf "$OUT/tb.tar.xz" tb && rm -rf "$OUT/tb" ;;
+    pack_case tb ;;
   w6)
     # forty-third session, call 5 (0.994-1.001x; the switch and its patch were removed after, see ab14e56):
     # FA_BWD_WS_DQ_FIRST_W64 (.devbin/w64first, bwd-dqfirst-w64.patch: the W 64 turn's
@@ -573,7 +579,7 @@ case "${1:-w}" in
       test/cuda/bwd-walks.test.ts > "$OUT/w6/tests-w64first.log" 2>&1
     log "w64first tests rc=$? $(grep -aE 'Tests ' "$OUT/w6/tests-w64first.log" | tail -1)"
     use_addon new2
-    cp "$OUT/calls.log" "$OUT/w6/"; tar -C "$OUT" -cJf "$OUT/w6.tar.xz" w6 && rm -rf "$OUT/w6" ;;
+    pack_case w6 ;;
   cp)
     # forty-third session, call 6: FA_BWD_CP_DQ_FIRST (.devbin/cpfirst, bwd-cp-dqfirst.patch: the cp.async kernel's
     # key split issues dK behind the dQ product and adds dQ while dK runs) against .devbin/new2 in turns, on dense
@@ -599,7 +605,7 @@ case "${1:-w}" in
       log "cpfirst $tool rc=$? $(grep -aE 'SUMMARY' "$OUT/cp/san-$tool.log" | tail -1)"
     done
     use_addon new2
-    cp "$OUT/calls.log" "$OUT/cp/"; tar -C "$OUT" -cJf "$OUT/cp.tar.xz" cp && rm -rf "$OUT/cp" ;;
+    pack_case cp ;;
   t)
     # the backward's block timelines (.devbin/htrace: HEAD with FA_TRACE, rebuilt in the forty-first session with
     # the staged epilogue): where a tile's time goes now
