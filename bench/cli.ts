@@ -33,7 +33,7 @@ interface Row { case: Case; dir: 'fwd' | 'bwd'; impl: string; ms: number; tflops
 
 const list = (v: string | boolean | undefined, def: string) => String(typeof v === 'string' ? v : def).split(',').map((s) => s.trim()).filter(Boolean);
 
-/** PERF.md's grid: batch*seqlen = 16k, hidden 2048 (H = 2048/D, rounded; 16 for D > 128). */
+/** PERF.md's grid: batch*seqlen = 16k (B rounded to a whole batch for other lengths), hidden 2048 (H = 2048/D, rounded; 16 for D > 128). */
 function grid(args: Record<string, string | boolean>): Case[] {
   const dtypes = list(args.dtype, 'fp16,bf16').map((d) => DT[d]);
   const hdims = list(args.hdim, '64,128,256').map(Number);
@@ -43,7 +43,7 @@ function grid(args: Record<string, string | boolean>): Case[] {
   const out: Case[] = [];
   for (const dtype of dtypes) for (const D of hdims) for (const c of cs) for (const N of seqlens) {
     const H = D <= 128 ? Math.round(2048 / D) : 16;  // D 96: 21 heads
-    out.push({ B: Math.max(1, 16384 / N), H, Hkv: H, N, D, dtype, causal: c });
+    out.push({ B: Math.max(1, Math.round(16384 / N)), H, Hkv: H, N, D, dtype, causal: c });
   }
   return out;
 }

@@ -6,11 +6,13 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (after the fifty-third session): on the H200 when it is lent, `HB=m53 YEND=330 ... pt` and `HB=m53 YEND=500 ... hp`
-# (.devbin/m53 = e6e12aa's 90a build: HEAD's kernels; its GPU suite passed on an H100, 1414 + 27, and the fuzz under
-# memcheck, case fx). The fp32 softcap's polynomial (fwd-softcap-poly.patch, case fp) measured slower and is out; the
-# form with the uniform branch around two whole loops (fwd-softcap-poly2.patch: apply, build 90a into .devbin/poly2,
-# then case fq) was built but not run (no device time left).
+# NEXT (after the fifty-fourth session): on the H200 when it is lent, `HB=m54 YEND=330 ... pt` and `HB=m54 YEND=500 ... hp`
+# (.devbin/m54 = this tree's 90a build; its fp16 / bf16 kernels are e6e12aa's, PTX-identical: issue 12's and 11's figures
+# are read there). The fifty-fourth session ran c3 (W 128 with three consumers: slower, fwd-w128-c3.patch) and fq (the
+# polynomial softcap with the branch around whole loops: faster, now the default; its GPU suite, case gt, is still to run
+# on the landed build).
+# (fifty-third session's plan:) on the H200, pt and hp on e6e12aa's build (.devbin/m53); fq for the polynomial softcap
+# (done in the fifty-fourth).
 # (fifty-second session's plan, done in the fifty-third:) the GPU suite and the fuzz (`npm run fuzz`, a few seeds, one under
 # compute-sanitizer memcheck) on a build of HEAD (.devbin/fix = d1ff71f's 90a build: the fp32 softcap's precise tanh; the
 # whole suite has not run on it, only the softcap cases, fresh.test.ts and the fuzz); the fp32 + softcap speed against
@@ -264,9 +266,30 @@ case "${1:-w}" in
       gpu_suite ov $ST
     fi
     pack_case ov ;;
+  c3)
+    # fifty-fourth session: W 128 dense with three consumer warpgroups (192-row tiles; key tiles of 64 or 80 at the
+    # 160-register consumer budget; FA_WS_W128_C3, .devbin/c3) against the default in turns, fp16 / bf16 D 128; then the
+    # forward test file under each (the kernels' first run). Ran on an H100: correct (395 / 395 each), slower everywhere
+    # (64 keys 0.90-0.97x, 80 keys 0.88-1.00x; NOTES-fwd.md); the build is bench/patches/fwd-w128-c3.patch applied. Its
+    # memcheck step ran no kernel (the bench's batch for N 1000 was 16.384, fixed since in bench/cli.ts).
+    HB=${HB:-c3}; use_addon $HB
+    mkdir -p "$OUT/c3"
+    AB_ADDON="env:FA_WS_W128_C3=64 env:FA_WS_W128_C3=80" AB_DIR=fwd AB_TAG=c3-ab AB_ROUNDS=${AR:-2} AB_TIMEOUT=100 \
+      AB_ARGS="--dtype fp16,bf16 --hdim 128 --seqlen 512,1024,2048,4096,8192,16384" OUT=$OUT/c3 \
+      timeout ${ABT:-300} bash scripts/gpu-run.sh fwd-ab > "$OUT/c3/ab-step.log" 2>&1
+    log "c3 a/b rc=$?"
+    for bn in 64 80; do
+      FA_WS_W128_C3=$bn FA_REQUIRE_GPU=1 timeout ${ST:-70} npx vitest run test/cuda/forward.test.ts > "$OUT/c3/tests-$bn.log" 2>&1
+      log_tests $? "$OUT/c3/tests-$bn.log"
+    done
+    FA_WS_W128_C3=64 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 node dist/bench/cli.js --dir fwd \
+      --dtype fp16 --hdim 128 --seqlen 1000 --causal both --api-ms 1 --reps 1 --out /tmp/c3san > "$OUT/c3/memcheck.log" 2>&1
+    log "memcheck rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c3/memcheck.log" | tail -1)"
+    pack_case c3 ;;
   fq)
-    # fifty-third session, not run yet: the polynomial softcap with the branch around whole loops (fwd-softcap-poly2.patch;
-    # HB=poly2): the softcap cost against HEAD's (m53), the fp32 cases of three GPU files, the fuzz of the dense forward
+    # fifty-third session's plan, run in the fifty-fourth (H100; now the default, 54th-session commit): the polynomial
+    # softcap with the branch around whole loops (then bench/patches/fwd-softcap-poly2.patch; HB=poly2 = its build): the
+    # softcap cost against e6e12aa's (m53), the fp32 cases of three GPU files, the fuzz of the dense forward
     # under memcheck. (Case fp ran the per-score-select form, fwd-softcap-poly.patch, with the whole suite: git show
     # 0bd64b3:bench/patches/device-calls.sh.)
     HB=${HB:-poly2}; use_addon $HB
