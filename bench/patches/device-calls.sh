@@ -6,9 +6,9 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# NEXT (after the fifty-fourth session): on the H200 when it is lent, `HB=m54 YEND=330 ... pt` and `HB=m54 YEND=500 ... hp`
-# (.devbin/m54 = this tree's 90a build; its fp16 / bf16 kernels are e6e12aa's, PTX-identical: issue 12's and 11's figures
-# are read there). The fifty-fourth session ran c3 (W 128 with three consumers: slower, fwd-w128-c3.patch) and fq (the
+# NEXT (after the fifty-fourth session): on the H200 when it is lent, `HB=nan YEND=330 ... pt` and `HB=nan YEND=500 ... hp`
+# (.devbin/nan = this tree's 90a build: e6e12aa's fp16 / bf16 kernels but for the epilogue's l != 0 test, which read
+# 0.991-1.017 against them; issue 12's and 11's figures are read there; the GPU suite passed on it, case nr). The fifty-fourth session ran c3 (W 128 with three consumers: slower, fwd-w128-c3.patch) and fq (the
 # polynomial softcap with the branch around whole loops: faster, now the default), then gt on the landed build (e0f0e24:
 # 1416 + 27 passed).
 # (fifty-third session's plan:) on the H200, pt and hp on e6e12aa's build (.devbin/m53); fq for the polynomial softcap
@@ -266,6 +266,18 @@ case "${1:-w}" in
       gpu_suite ov $ST
     fi
     pack_case ov ;;
+  nr)
+    # fifty-fourth session: a NaN score's row gets lse NaN (not the +inf of "no key") in every forward epilogue, and the
+    # split-KV decode's combine keeps a NaN partial (it dropped it): the GPU suite with test/cuda/nan-rows.test.ts on
+    # this build (HB=nan), then the forward against e6e12aa's kernels + the polynomial softcap (m54) in turns, one round
+    HB=${HB:-nan}; use_addon $HB
+    mkdir -p "$OUT/nr"
+    gpu_suite nr ${ST:-280}
+    AB_ADDON=".devbin/m54/addon.xz" AB_DIR=fwd AB_TAG=nr-ab AB_ROUNDS=${AR:-1} AB_TIMEOUT=100 AB_TORCH=0 \
+      AB_ARGS="--dtype fp16 --hdim 64,128,256 --seqlen 1024,4096" OUT=$OUT/nr timeout ${ABT:-150} bash scripts/gpu-run.sh fwd-ab \
+      > "$OUT/nr/ab-step.log" 2>&1
+    log "nr a/b rc=$?"
+    pack_case nr ;;
   c3)
     # fifty-fourth session: W 128 dense with three consumer warpgroups (192-row tiles; key tiles of 64 or 80 at the
     # 160-register consumer budget; FA_WS_W128_C3, .devbin/c3) against the default in turns, fp16 / bf16 D 128; then the

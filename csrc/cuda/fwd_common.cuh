@@ -220,7 +220,7 @@ __device__ __forceinline__ void write_empty_rows(const FwdArgs& a, char* go, flo
 // (a.negate_s: the kernels use |scale|); then -inf for keys the row does not see (KeyWindow: past
 // the sequence's keys, causal, window). The mask is evaluated only on tiles that need it for some
 // row of this warp (rows [warp_row0, warp_row1]). n: the key block (kBlockN keys); row_base: this
-// lane's first row within the sequence (row0 + the warp's first row + g). kPrecise: tanhf (fp32).
+// lane's first row within the sequence (row0 + the warp's first row + g). kPrecise: fp32-accurate tanh (fp32).
 // score_mod_and_mask_at: the same with the modifier (kScoreNone / kScoreSoftcap / kScoreNegate,
 // score_mod_of) and the mask test (masked) decided by the caller once per call or tile.
 constexpr int kScoreNone = 0, kScoreSoftcap = 1, kScoreNegate = 2;
@@ -237,7 +237,9 @@ __device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], c
       // fp32: the polynomial for the whole tile where every raw score of the warp's tile is below
       // kTanhPolyMax / sc (NaN scores stay NaN either way), else libdevice's tanhf per score. The branch
       // is around whole loops: a per-score select ran both forms (fwd-softcap-poly.patch, 1.36-1.44x the
-      // time without softcap at D 64 against 1.14-1.24x for tanhf alone, H100, fifty-third session).
+      // time without softcap at D 64 against 1.14-1.24x for tanhf alone, H100, fifty-third session); this
+      // form 1.09-1.14x at D 64, 1.04-1.06x at D 128 (against 1.15-1.17x / 1.07-1.10x for tanhf in the
+      // same run, H100, fifty-fourth session).
       float amax = 0.f;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)

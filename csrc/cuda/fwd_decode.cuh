@@ -202,7 +202,7 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     if (r < rows && lane < ns) {
       const int64_t prow = static_cast<int64_t>(b) * d.rows_per_seq + r / group;
       const float l = __ldcg(d.partial_lse + (lane * a.heads + hk * group + r % group) * P + prow);
-      lv[k] = l < INFINITY ? l : -INFINITY;  // +inf: saw no key
+      lv[k] = l == INFINITY ? -INFINITY : l;  // +inf: saw no key (NaN stays: a NaN score)
     }
   }
 #pragma unroll
@@ -212,13 +212,15 @@ __device__ __forceinline__ void split_combine(const DecodeArgs& d, const SeqInfo
     float m = lv[k];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // A split whose lse is NaN makes the row NaN (out and lse), as one split does (fmaxf passed it over).
+    if (__any_sync(0xffffffffu, isnan(lv[k]))) m = __int_as_float(0x7fffffff);
     const float e = m == -INFINITY || lv[k] == -INFINITY ? 0.f : expf(lv[k] - m);
     float sum = e;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane < ns) wt[r * ns + lane] = sum > 0.f ? e / sum : 0.f;
+    if (lane < ns) wt[r * ns + lane] = sum != 0.f ? e / sum : 0.f;
     if (lane == 0) {
-      a.lse[(hk * group + r % group) * a.lse_head + seq.q_row0 + r / group] = sum > 0.f ? m + logf(sum) : INFINITY;
+      a.lse[(hk * group + r % group) * a.lse_head + seq.q_row0 + r / group] = sum != 0.f ? m + logf(sum) : INFINITY;
     }
   }
   __syncthreads();
@@ -729,7 +731,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
       const float4 x = *reinterpret_cast<const float4*>(co + (w * rows + r) * kCP + c);
       acc.x = fmaf(x.x, f, acc.x), acc.y = fmaf(x.y, f, acc.y), acc.z = fmaf(x.z, f, acc.z), acc.w = fmaf(x.w, f, acc.w);
     }
-    const bool seen = L > 0.f;
+    const bool seen = L != 0.f;  // (NaN too: see sm90_store_rows)
     const float inv = seen ? 1.f / L : 0.f;
     acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
     const float lse = seen ? (m_sc + fast_log2(L)) * kLn2 : INFINITY;

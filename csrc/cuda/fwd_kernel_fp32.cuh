@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) fwd_kernel_fp32(
       float l = row_sum[mt][hr];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const bool seen = l > 0.f;
+      const bool seen = l != 0.f;  // (NaN too: see sm90_store_rows)
       const float inv = seen ? 1.f / l : 0.f;
       const int r = wrow0 + mt * 16 + g + 8 * hr;
       if (glse != nullptr && t == 0 && row0 + r < Nq)

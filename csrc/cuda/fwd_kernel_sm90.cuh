@@ -76,7 +76,12 @@ __device__ __forceinline__ void sm90_store_rows(const float (&o)[1][D / 8][4], c
         float l = row_sum[0][hr];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const bool seen = l > 0.f;
+        // l = 0: the row saw no key (out 0, lse +inf). l NaN (a NaN score) counts as seen, so that out and
+        // lse are NaN, as on the CPU backend: with lse +inf, a merge by lse (mergeAttention, the split-KV
+        // decode's combine) took such a row for one that saw no key and dropped the NaN. (The test is
+        // l != 0 rather than a third case, so that the epilogue's instructions stay as they were: one
+        // more select made ptxas serialize the W 64 kernel's wgmmas, C7511.)
+        const bool seen = l != 0.f;
         inv[hr] = seen ? 1.f / l : 0.f;
         if (gp.lse != nullptr && t == 0 && row0 + r < Nq)
           gp.lse[r] = seen ? (__fmul_rn(row_max[0][hr], sl2) + fast_log2(l)) * kLn2 : INFINITY;

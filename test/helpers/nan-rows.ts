@@ -1,0 +1,134 @@
+// A NaN in one key row: which results it reaches, on either backend. The rows that see that key
+// (the query heads of its kv head, under the mask) come back NaN, out and lse; every other row is
+// finite. The split-KV decode's combine must not take a NaN partial for one that saw no key (its
+// lse was +inf there, the "no key" value, and the combine dropped it: a finite, wrong row), and a
+// row's lse must be NaN rather than +inf, so that mergeAttention does not drop it either.
+// Dense (flashAttention, causal or not), packed (flashAttentionVarlen) and paged calls (prefill
+// chunks and decode rows, numSplits 1..8 and automatic) on inputs drawn by a seeded Rng.
+import { expect } from 'vitest';
+import { Tensor, flashAttention, flashAttentionVarlen, mergeAttention, pagedAttention } from '../../lib/index';
+import { type DType } from '../../lib/index';
+import { Rng, disposeAll } from './reference';
+
+type Device = 'cpu' | 'cuda';
+
+async function put(data: Float32Array | Int32Array, shape: number[], device: Device, dtype?: DType): Promise<Tensor> {
+  const t = data instanceof Int32Array ? Tensor.from(data, shape) : Tensor.from(data, shape, { dtype: dtype ?? 'float32' });
+  if (device === 'cpu') return t;
+  const d = await t.to('cuda');
+  t.dispose();
+  return d;
+}
+
+function randoms(rng: Rng, n: number): Float32Array {
+  return Float32Array.from(rng.normals(n));
+}
+
+/** Checks out [rows, H, D] (row-major) and lse (lse(h, row)) against `sees(row, h)`. */
+function expectNanRows(what: string, out: Float32Array, lse: Float32Array, rows: number, H: number, D: number,
+  lseAt: (h: number, row: number) => number, sees: (row: number, h: number) => boolean): void {
+  let nanRows = 0;
+  for (let r = 0; r < rows; r++) {
+    for (let h = 0; h < H; h++) {
+      const o = out.subarray((r * H + h) * D, (r * H + h + 1) * D);
+      const l = lse[lseAt(h, r)];
+      if (sees(r, h)) {
+        nanRows++;
+        expect(o.every(Number.isNaN), `${what}: row ${r} head ${h} sees the NaN key: out all NaN`).toBe(true);
+        expect(Number.isNaN(l), `${what}: row ${r} head ${h} sees the NaN key: lse NaN, got ${l}`).toBe(true);
+      } else {
+        expect(o.every(Number.isFinite), `${what}: row ${r} head ${h} does not see it: out finite`).toBe(true);
+        expect(Number.isFinite(l), `${what}: row ${r} head ${h} does not see it: lse finite, got ${l}`).toBe(true);
+      }
+    }
+  }
+  expect(nanRows, `${what}: some rows see the NaN key`).toBeGreaterThan(0);
+}
+
+/** flashAttention, [B, N, H, D], NaN in key j0 of batch 1, kv head 1. */
+export async function checkNanKeyDense(device: Device, dtype: DType, D: number, N: number, causal: boolean, seed: number): Promise<void> {
+  const rng = new Rng(seed);
+  const B = 2, H = 4, Hkv = 2, g = H / Hkv;
+  const j0 = rng.int(0, N - 1);
+  const kd = randoms(rng, B * N * Hkv * D);
+  kd[((1 * N + j0) * Hkv + 1) * D + rng.int(0, D - 1)] = NaN;
+  const q = await put(randoms(rng, B * N * H * D), [B, N, H, D], device, dtype);
+  const k = await put(kd, [B, N, Hkv, D], device, dtype);
+  const v = await put(randoms(rng, B * N * Hkv * D), [B, N, Hkv, D], device, dtype);
+  const r = await flashAttention(q, k, v, { causal });
+  const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
+  disposeAll(q, k, v, r.out, r.lse);
+  // rows of both batches as one list: row b * N + i; lse [B, H, N]
+  expectNanRows(`dense ${dtype} D ${D} N ${N}${causal ? ' causal' : ''} (key ${j0})`, out, lse, B * N, H, D,
+    (h, row) => (Math.floor(row / N) * H + h) * N + (row % N),
+    (row, h) => Math.floor(row / N) === 1 && Math.floor(h / g) === 1 && (!causal || row % N >= j0));
+}
+
+/** flashAttentionVarlen, three packed sequences, NaN in key j0 of the second, kv head 0. */
+export async function checkNanKeyVarlen(device: Device, dtype: DType, D: number, lens: number[], seed: number): Promise<void> {
+  const rng = new Rng(seed);
+  const H = 2, Hkv = 1;
+  const cu = Int32Array.from({ length: lens.length + 1 }, (_, i) => lens.slice(0, i).reduce((a, b) => a + b, 0));
+  const total = cu[lens.length];
+  const j0 = rng.int(0, lens[1] - 1);
+  const kd = randoms(rng, total * Hkv * D);
+  kd[(cu[1] + j0) * Hkv * D + rng.int(0, D - 1)] = NaN;
+  const q = await put(randoms(rng, total * H * D), [total, H, D], device, dtype);
+  const k = await put(kd, [total, Hkv, D], device, dtype);
+  const v = await put(randoms(rng, total * Hkv * D), [total, Hkv, D], device, dtype);
+  const cuT = await put(cu, [cu.length], device);
+  const maxL = Math.max(...lens);
+  const r = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cuT, cuSeqlensK: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
+  const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
+  disposeAll(q, k, v, cuT, r.out, r.lse);
+  expectNanRows(`varlen ${dtype} D ${D} [${lens}] (key ${j0} of sequence 1)`, out, lse, total, H, D,
+    (h, row) => h * total + row, (row) => row >= cu[1] + j0 && row < cu[2]);
+}
+
+/**
+ * pagedAttention on a shuffled page-`page` cache: sequences of `lens` cached tokens with `nq[b]`
+ * queries each (1: decode), causal, GQA 4 / 1; a NaN in token t0 of sequence 1. Each numSplits of
+ * `splits` in turn (0: automatic). Then the NaN rows through mergeAttention with a finite partial:
+ * still NaN.
+ */
+export async function checkNanKeyPaged(device: Device, dtype: DType, D: number, page: number, lens: number[], nq: number[],
+  splits: number[], seed: number): Promise<void> {
+  const rng = new Rng(seed);
+  const B = lens.length, H = 4, Hkv = 1;
+  const maxPages = Math.max(...lens.map((n) => Math.ceil(n / page)));
+  const pagesUsed = lens.reduce((a, n) => a + Math.ceil(n / page), 0);
+  const perm = Array.from({ length: pagesUsed }, (_, i) => i);
+  for (let i = perm.length - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
+  const table = new Int32Array(B * maxPages);
+  let used = 0;
+  for (let b = 0; b < B; b++) for (let p = 0; p < Math.ceil(lens[b] / page); p++) table[b * maxPages + p] = perm[used++];
+  const t0 = rng.int(0, lens[1] - 1);
+  const kc = randoms(rng, pagesUsed * page * Hkv * D);
+  kc[(table[maxPages + Math.floor(t0 / page)] * page + (t0 % page)) * Hkv * D + rng.int(0, D - 1)] = NaN;
+  const cu = Int32Array.from({ length: B + 1 }, (_, i) => nq.slice(0, i).reduce((a, b) => a + b, 0));
+  const total = cu[B];
+  const q = await put(randoms(rng, total * H * D), [total, H, D], device, dtype);
+  const k = await put(kc, [pagesUsed, page, Hkv, D], device, dtype);
+  const v = await put(randoms(rng, pagesUsed * page * Hkv * D), [pagesUsed, page, Hkv, D], device, dtype);
+  const idx = { pageTable: await put(table, [B, maxPages], device), seqlensK: await put(Int32Array.from(lens), [B], device),
+    cuSeqlensQ: await put(cu, [B + 1], device) };
+  // query row r of sequence 1 sits at position lens[1] - nq[1] + (r - cu[1]) and sees keys up to it
+  const sees = (row: number) => row >= cu[1] && row < cu[2] && lens[1] - nq[1] + (row - cu[1]) >= t0;
+  try {
+    for (const numSplits of splits) {
+      const what = `paged ${dtype} D ${D} page ${page} lens [${lens}] nq [${nq}] numSplits ${numSplits} (token ${t0} of sequence 1)`;
+      const r = await pagedAttention(q, k, v, { ...idx, maxSeqlenQ: Math.max(...nq), maxSeqlenK: Math.max(...lens), causal: true, numSplits });
+      const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
+      expectNanRows(what, out, lse, total, H, D, (h, row) => h * total + row, sees);
+      // A merge with a finite partial keeps the NaN rows NaN (their lse is NaN, not the +inf of "no key").
+      const other = await put(randoms(rng, total * H * D), [total, H, D], device, dtype);
+      const otherLse = await put(Float32Array.from(rng.normals(H * total)), [H, total], device);
+      const m = await mergeAttention([r.out, other], [r.lse, otherLse]);
+      expectNanRows(`${what}, merged`, await m.out.toFloat32Array(), await m.lse.toFloat32Array(), total, H, D,
+        (h, row) => h * total + row, sees);
+      disposeAll(r.out, r.lse, other, otherLse, m.out, m.lse);
+    }
+  } finally {
+    disposeAll(q, k, v, idx.pageTable, idx.seqlensK, idx.cuSeqlensQ);
+  }
+}
