@@ -55,7 +55,8 @@ async function indexArg(a: Int32Array, device: Device, asTensor: boolean, shape?
   return d;
 }
 
-async function onDevice(t: Tensor, device: Device): Promise<Tensor> {
+/** The host tensor t itself on the CPU, else a copy on the GPU (t disposed). */
+export async function onDevice(t: Tensor, device: Device): Promise<Tensor> {
   if (device === 'cpu') return t;
   const d = await t.to('cuda');
   t.dispose();
@@ -250,6 +251,22 @@ export function rotateRef(x: Float64Array, n: number, Hh: number, D: number, pos
   return y;
 }
 
+/**
+ * A page table [B, maxPages] (row-major) for sequences of `lens` tokens in pages of P: the cache's numPages pages
+ * in random order (Fisher-Yates on rng), each sequence's pages in turn; unused entries -1.
+ */
+export function shuffledPageTable(rng: Rng, lens: readonly number[], P: number, numPages: number, maxPages: number): Int32Array {
+  const perm = Array.from({ length: numPages }, (_, i) => i);
+  for (let i = perm.length - 1; i > 0; i--) {
+    const j = Math.floor(rng.uniform() * (i + 1));
+    [perm[i], perm[j]] = [perm[j], perm[i]];
+  }
+  const table = new Int32Array(lens.length * maxPages).fill(-1);
+  let next = 0;
+  for (let b = 0; b < lens.length; b++) for (let j = 0; j < Math.ceil(lens[b] / P); j++) table[b * maxPages + j] = perm[next++];
+  return table;
+}
+
 export async function checkPagedCase(c: PagedCase, device: Device): Promise<void> {
   const rng = new Rng(c.seed);
   const { H, Hkv, D, dtype, pageSize: P } = c;
@@ -259,15 +276,7 @@ export async function checkPagedCase(c: PagedCase, device: Device): Promise<void
   const maxPages = Math.max(1, ...total.map((t) => Math.ceil(t / P)));
   const used = total.reduce((a, t) => a + Math.ceil(t / P), 0);
   const numPages = used + (c.spare ?? 3);
-  // Pages in random order; unused table entries point at page -1 / random garbage past the end.
-  const perm = Array.from({ length: numPages }, (_, i) => i);
-  for (let i = perm.length - 1; i > 0; i--) {
-    const j = Math.floor(rng.uniform() * (i + 1));
-    [perm[i], perm[j]] = [perm[j], perm[i]];
-  }
-  const table = new Int32Array(B * maxPages).fill(-1);
-  let next = 0;
-  for (let b = 0; b < B; b++) for (let j = 0; j < Math.ceil(total[b] / P); j++) table[b * maxPages + j] = perm[next++];
+  const table = shuffledPageTable(rng, total, P, numPages, maxPages);
   // The cache: the 'before' tokens written directly (rounded to dtype); everything else NaN.
   const cacheN = numPages * P * Hkv * D;
   const kc = new Float64Array(cacheN).fill(NaN), vc = new Float64Array(cacheN).fill(NaN);

@@ -7,21 +7,13 @@
 // chunks and decode rows, numSplits 1..8 and automatic) on inputs drawn by a seeded Rng.
 import { expect } from 'vitest';
 import { Tensor, flashAttention, flashAttentionVarlen, mergeAttention, pagedAttention } from '../../lib/index';
-import { type DType } from '../../lib/index';
-import { Rng, disposeAll } from './reference';
+import { type Device } from './harness';
+import { onDevice, prefix, shuffledPageTable } from './inference';
+import { type DType, Rng, buildTensor, disposeAll } from './reference';
 
-type Device = 'cpu' | 'cuda';
-
-async function put(data: Float32Array | Int32Array, shape: number[], device: Device, dtype?: DType): Promise<Tensor> {
-  const t = data instanceof Int32Array ? Tensor.from(data, shape) : Tensor.from(data, shape, { dtype: dtype ?? 'float32' });
-  if (device === 'cpu') return t;
-  const d = await t.to('cuda');
-  t.dispose();
-  return d;
-}
-
-function randoms(rng: Rng, n: number): Float32Array {
-  return Float32Array.from(rng.normals(n));
+/** x (NaN kept) as a dtype tensor on the device; an Int32Array as an int32 index tensor. */
+function put(x: ArrayLike<number> | Int32Array, shape: number[], device: Device, dtype: DType = 'float32'): Promise<Tensor> {
+  return onDevice(x instanceof Int32Array ? Tensor.from(x, shape) : buildTensor(x, shape, dtype).tensor, device);
 }
 
 /** Checks out [rows, H, D] (row-major) and lse (lse(h, row)) against `sees(row, h)`. */
@@ -50,11 +42,11 @@ export async function checkNanKeyDense(device: Device, dtype: DType, D: number, 
   const rng = new Rng(seed);
   const B = 2, H = 4, Hkv = 2, g = H / Hkv;
   const j0 = rng.int(0, N - 1);
-  const kd = randoms(rng, B * N * Hkv * D);
+  const kd = rng.normals(B * N * Hkv * D);
   kd[((1 * N + j0) * Hkv + 1) * D + rng.int(0, D - 1)] = NaN;
-  const q = await put(randoms(rng, B * N * H * D), [B, N, H, D], device, dtype);
+  const q = await put(rng.normals(B * N * H * D), [B, N, H, D], device, dtype);
   const k = await put(kd, [B, N, Hkv, D], device, dtype);
-  const v = await put(randoms(rng, B * N * Hkv * D), [B, N, Hkv, D], device, dtype);
+  const v = await put(rng.normals(B * N * Hkv * D), [B, N, Hkv, D], device, dtype);
   const r = await flashAttention(q, k, v, { causal });
   const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
   disposeAll(q, k, v, r.out, r.lse);
@@ -68,14 +60,14 @@ export async function checkNanKeyDense(device: Device, dtype: DType, D: number, 
 export async function checkNanKeyVarlen(device: Device, dtype: DType, D: number, lens: number[], seed: number): Promise<void> {
   const rng = new Rng(seed);
   const H = 2, Hkv = 1;
-  const cu = Int32Array.from({ length: lens.length + 1 }, (_, i) => lens.slice(0, i).reduce((a, b) => a + b, 0));
+  const cu = prefix(lens);
   const total = cu[lens.length];
   const j0 = rng.int(0, lens[1] - 1);
-  const kd = randoms(rng, total * Hkv * D);
+  const kd = rng.normals(total * Hkv * D);
   kd[(cu[1] + j0) * Hkv * D + rng.int(0, D - 1)] = NaN;
-  const q = await put(randoms(rng, total * H * D), [total, H, D], device, dtype);
+  const q = await put(rng.normals(total * H * D), [total, H, D], device, dtype);
   const k = await put(kd, [total, Hkv, D], device, dtype);
-  const v = await put(randoms(rng, total * Hkv * D), [total, Hkv, D], device, dtype);
+  const v = await put(rng.normals(total * Hkv * D), [total, Hkv, D], device, dtype);
   const cuT = await put(cu, [cu.length], device);
   const maxL = Math.max(...lens);
   const r = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cuT, cuSeqlensK: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
@@ -97,19 +89,15 @@ export async function checkNanKeyPaged(device: Device, dtype: DType, D: number, 
   const B = lens.length, H = 4, Hkv = 1;
   const maxPages = Math.max(...lens.map((n) => Math.ceil(n / page)));
   const pagesUsed = lens.reduce((a, n) => a + Math.ceil(n / page), 0);
-  const perm = Array.from({ length: pagesUsed }, (_, i) => i);
-  for (let i = perm.length - 1; i > 0; i--) { const j = rng.int(0, i); [perm[i], perm[j]] = [perm[j], perm[i]]; }
-  const table = new Int32Array(B * maxPages);
-  let used = 0;
-  for (let b = 0; b < B; b++) for (let p = 0; p < Math.ceil(lens[b] / page); p++) table[b * maxPages + p] = perm[used++];
+  const table = shuffledPageTable(rng, lens, page, pagesUsed, maxPages);
   const t0 = rng.int(0, lens[1] - 1);
-  const kc = randoms(rng, pagesUsed * page * Hkv * D);
+  const kc = rng.normals(pagesUsed * page * Hkv * D);
   kc[(table[maxPages + Math.floor(t0 / page)] * page + (t0 % page)) * Hkv * D + rng.int(0, D - 1)] = NaN;
-  const cu = Int32Array.from({ length: B + 1 }, (_, i) => nq.slice(0, i).reduce((a, b) => a + b, 0));
+  const cu = prefix(nq);
   const total = cu[B];
-  const q = await put(randoms(rng, total * H * D), [total, H, D], device, dtype);
+  const q = await put(rng.normals(total * H * D), [total, H, D], device, dtype);
   const k = await put(kc, [pagesUsed, page, Hkv, D], device, dtype);
-  const v = await put(randoms(rng, pagesUsed * page * Hkv * D), [pagesUsed, page, Hkv, D], device, dtype);
+  const v = await put(rng.normals(pagesUsed * page * Hkv * D), [pagesUsed, page, Hkv, D], device, dtype);
   const idx = { pageTable: await put(table, [B, maxPages], device), seqlensK: await put(Int32Array.from(lens), [B], device),
     cuSeqlensQ: await put(cu, [B + 1], device) };
   // query row r of sequence 1 sits at position lens[1] - nq[1] + (r - cu[1]) and sees keys up to it
@@ -121,8 +109,8 @@ export async function checkNanKeyPaged(device: Device, dtype: DType, D: number, 
       const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
       expectNanRows(what, out, lse, total, H, D, (h, row) => h * total + row, sees);
       // A merge with a finite partial keeps the NaN rows NaN (their lse is NaN, not the +inf of "no key").
-      const other = await put(randoms(rng, total * H * D), [total, H, D], device, dtype);
-      const otherLse = await put(Float32Array.from(rng.normals(H * total)), [H, total], device);
+      const other = await put(rng.normals(total * H * D), [total, H, D], device, dtype);
+      const otherLse = await put(rng.normals(H * total), [H, total], device);
       const m = await mergeAttention([r.out, other], [r.lse, otherLse]);
       expectNanRows(`${what}, merged`, await m.out.toFloat32Array(), await m.lse.toFloat32Array(), total, H, D,
         (h, row) => h * total + row, sees);
