@@ -249,21 +249,19 @@ __device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], c
           for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(s[mt][nt][e]));
       poly = __all_sync(0xffffffffu, amax * sc < kTanhPolyMax);
     }
-    if (poly) {
+    // s = cap * tanh(s * sc) over the fragment, one loop per tanh form
+    auto cap_all = [&](auto tanh_of) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * tanh_poly(s[mt][nt][e] * sc);
-    } else {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * softcap_tanh<kPrecise>(s[mt][nt][e] * sc);
-    }
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * tanh_of(s[mt][nt][e] * sc);
+    };
+    if (poly)
+      cap_all([](float x) { return tanh_poly(x); });
+    else
+      cap_all([](float x) { return softcap_tanh<kPrecise>(x); });
   } else if (mod == kScoreNegate) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
