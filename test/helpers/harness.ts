@@ -328,11 +328,16 @@ export function checkMaskedRows(
   }
 }
 
-export async function place(b: Built, device: Device): Promise<Tensor> {
-  if (device === 'cpu') return b.tensor;
-  const t = await b.tensor.to('cuda');
-  b.tensor.dispose();
-  return t;
+/** The host tensor t itself on the CPU, else a copy on the GPU (t disposed). */
+export async function onDevice(t: Tensor, device: Device): Promise<Tensor> {
+  if (device === 'cpu') return t;
+  const d = await t.to('cuda');
+  t.dispose();
+  return d;
+}
+
+export function place(b: Built, device: Device): Promise<Tensor> {
+  return onDevice(b.tensor, device);
 }
 
 export function expectedDevice(device: Device): string {

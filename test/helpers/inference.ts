@@ -6,7 +6,7 @@
 import {
   Tensor, appendKV, flashAttentionVarlen, flashAttentionVarlenBackward, mergeAttention, pagedAttention,
 } from '../../lib/index';
-import { Checker, type Device, checkFp32, checkLowp, checkLse } from './harness';
+import { Checker, type Device, checkFp32, checkLowp, checkLse, onDevice } from './harness';
 import {
   type AttnDims, type DType, Rng, buildTensor, defaultScale, disposeAll, fmt, maxAbsErr, naiveLowp, refBackward,
   refForward, roundArray, toF64, unitRoundoff, visibleKeys,
@@ -47,20 +47,7 @@ function seqDims(nq: number, nk: number, H: number, Hkv: number, D: number, m: M
 
 /** An index array as the call takes it: the Int32Array itself, or an int32 tensor on the device. */
 async function indexArg(a: Int32Array, device: Device, asTensor: boolean, shape?: number[]): Promise<Int32Array | Tensor> {
-  if (!asTensor) return a;
-  const t = Tensor.from(a, shape ?? [a.length]);
-  if (device === 'cpu') return t;
-  const d = await t.to('cuda');
-  t.dispose();
-  return d;
-}
-
-/** The host tensor t itself on the CPU, else a copy on the GPU (t disposed). */
-export async function onDevice(t: Tensor, device: Device): Promise<Tensor> {
-  if (device === 'cpu') return t;
-  const d = await t.to('cuda');
-  t.dispose();
-  return d;
+  return asTensor ? onDevice(Tensor.from(a, shape ?? [a.length]), device) : a;
 }
 
 export function prefix(lens: readonly number[]): Int32Array {

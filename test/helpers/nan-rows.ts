@@ -7,8 +7,8 @@
 // chunks and decode rows, numSplits 1..8 and automatic) on inputs drawn by a seeded Rng.
 import { expect } from 'vitest';
 import { Tensor, flashAttention, flashAttentionVarlen, mergeAttention, pagedAttention } from '../../lib/index';
-import { type Device } from './harness';
-import { onDevice, prefix, shuffledPageTable } from './inference';
+import { type Device, onDevice } from './harness';
+import { prefix, shuffledPageTable } from './inference';
 import { type DType, Rng, buildTensor, disposeAll } from './reference';
 
 /** x (NaN kept) as a dtype tensor on the device; an Int32Array as an int32 index tensor. */
