@@ -6,21 +6,14 @@
 // sampling the SM clock and power, and prints each window's median clock and power.
 // Usage: node scripts/clock-probe.js fwd|bwd float16|bfloat16 D N causal(0|1)
 'use strict';
-const { Tensor, flashAttention, flashAttentionBackward, attentionFlops, synchronize } = require('..');
-const { native } = require('../dist/lib/native');
-const tensorJs = require('../dist/lib/tensor.js');
+const { flashAttention, flashAttentionBackward, attentionFlops, synchronize } = require('..');
+const { randomDevice } = require('./prefill-inputs.js');
 
 const [dir, dtype, Ds, Ns, cz] = process.argv.slice(2);
 const D = Number(Ds), N = Number(Ns), causal = cz === '1';
 const B = 16384 / N, H = D <= 128 ? 2048 / D : 16;
 const seconds = Number(process.env.CLOCK_SECONDS || 2.5);
-const code = { float16: 1, bfloat16: 2 }[dtype];
-
-async function rand(shape, seed) {
-  const t = await Tensor.empty(shape, { dtype, device: 'cuda' });
-  native.fillRandom(tensorJs.storageOf(t, 'probe', 'tensor').handle, code, seed);
-  return t;
-}
+const rand = (shape, seed) => randomDevice(shape, seed, dtype);
 
 (async () => {
   const shape = [B, N, H, D];

@@ -1,17 +1,19 @@
-// Inputs shared by the paged-prefill development scripts (scripts/paged-prof.js, scripts/paged-probe.js):
-// an fp16 CUDA tensor filled on the GPU, and the seeded page shuffle that `npm run bench -- --varlen`
+// Inputs shared by the development scripts (scripts/paged-prof.js, scripts/paged-probe.js, scripts/softcap-cost.js, ...):
+// a CUDA tensor filled on the GPU, and the seeded page shuffle that `npm run bench -- --varlen`
 // uses (bench/cli.ts, pageTable).
 'use strict';
 const fa = require('../dist/lib/index.js');
 const { native } = require('../dist/lib/native.js');
 const { DTYPE_CODE, storageOf } = require('../dist/lib/tensor.js');
 
-/** An fp16 CUDA tensor of `shape`, filled with random normals from `seed`. */
-async function randomHalf(shape, seed) {
-  const t = await fa.Tensor.empty(shape, { dtype: 'float16', device: 'cuda' });
-  native.fillRandom(storageOf(t, 'prefill-inputs', 'tensor').handle, DTYPE_CODE.float16, seed);
+/** A CUDA tensor of `shape` and `dtype`, filled with random normals from `seed`. */
+async function randomDevice(shape, seed, dtype) {
+  const t = await fa.Tensor.empty(shape, { dtype, device: 'cuda' });
+  native.fillRandom(storageOf(t, 'prefill-inputs', 'tensor').handle, DTYPE_CODE[dtype], seed);
   return t;
 }
+/** The same in fp16. */
+const randomHalf = (shape, seed) => randomDevice(shape, seed, 'float16');
 
 /** 0 .. n-1 shuffled (Fisher-Yates with a 32-bit LCG from `seed`). */
 function shuffled(n, seed) {
@@ -26,4 +28,4 @@ function shuffled(n, seed) {
   return perm;
 }
 
-module.exports = { randomHalf, shuffled };
+module.exports = { randomDevice, randomHalf, shuffled };

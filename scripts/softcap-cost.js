@@ -5,15 +5,10 @@
 'use strict';
 const fa = require('../dist/lib/index.js');
 const { benchmarkForward, benchmarkBackward } = require('../dist/lib/attention.js');
-const { native } = require('../dist/lib/native.js');
-const { DTYPE_CODE, storageOf } = require('../dist/lib/tensor.js');
+const { randomDevice } = require('./prefill-inputs.js');
 
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.length >> 1]; };
-async function randomF32(shape, seed) {
-  const t = await fa.Tensor.empty(shape, { dtype: 'float32', device: 'cuda' });
-  native.fillRandom(storageOf(t, 'softcap-cost', 'tensor').handle, DTYPE_CODE.float32, seed);
-  return t;
-}
+const randomF32 = (shape, seed) => randomDevice(shape, seed, 'float32');
 
 async function main() {
   const H = 16, cap = 30;

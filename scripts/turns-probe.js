@@ -21,9 +21,8 @@ const { spawn } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const readline = require('node:readline');
-const { Tensor, flashAttention, flashAttentionBackward, attentionFlops, synchronize } = require('..');
-const { native } = require('../dist/lib/native');
-const tensorJs = require('../dist/lib/tensor.js');
+const { flashAttention, flashAttentionBackward, attentionFlops, synchronize } = require('..');
+const { randomDevice } = require('./prefill-inputs.js');
 
 const dirs = (process.env.TURNS_DIRS || 'fwd,bwd').split(',');
 const roundMs = Number(process.env.TURNS_MS || 100);
@@ -46,11 +45,7 @@ const median = (xs) => {
   return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 };
 
-async function rand(shape, dtype, seed) {
-  const t = await Tensor.empty(shape, { dtype, device: 'cuda' });
-  native.fillRandom(tensorJs.storageOf(t, 'probe', 'tensor').handle, { float16: 1, bfloat16: 2 }[dtype], seed);
-  return t;
-}
+const rand = (shape, dtype, seed) => randomDevice(shape, seed, dtype);
 
 /** The torch process and a request function (one JSON line out, one back). */
 function startTorch() {
