@@ -6,6 +6,7 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Fifty-fifth session: `auto` (pt on the H200, else vf: what the fifty-fourth left unrun on a GPU).
 # NEXT (after the fifty-fourth session): on the H200 when it is lent, `HB=nan YEND=330 ... pt` and `HB=nan YEND=500 ... hp`
 # (.devbin/nan = this tree's 90a build: e6e12aa's fp16 / bf16 kernels but for the epilogue's l != 0 test, which read
 # 0.991-1.017 against them; issue 12's and 11's figures are read there; the GPU suite passed on it, case nr). The fifty-fourth session ran c3 (W 128 with three consumers: slower, fwd-w128-c3.patch) and fq (the
@@ -329,6 +330,34 @@ case "${1:-w}" in
       --out "$OUT/fx/bench" > "$OUT/fx/bench.log" 2>&1
     log "bench rc=$?"
     pack_case fx ;;
+  vf)
+    # fifty-fifth session: what the fifty-fourth left unrun on a GPU, on the build HB (.devbin/nan, HEAD's kernels): the
+    # nan-rows file with its new backward cases (default kernels, then FA_NO_WGMMA=1: the mma.sync epilogue's l != 0),
+    # inference.test.ts (shuffledPageTable moved), smokes of 259436b's scripts (softcap-cost.js, turns-probe.js through
+    # gpu-run.sh turns, one cell) and the decode benches after the combine's NaN vote
+    HB=${HB:-nan}; use_addon $HB
+    mkdir -p "$OUT/vf"
+    FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda/nan-rows.test.ts > "$OUT/vf/nan-rows.log" 2>&1
+    log_tests $? "$OUT/vf/nan-rows.log"
+    FA_NO_WGMMA=1 FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda/nan-rows.test.ts > "$OUT/vf/nan-rows-mma.log" 2>&1
+    log_tests $? "$OUT/vf/nan-rows-mma.log"
+    timeout 60 node scripts/softcap-cost.js > "$OUT/vf/softcap.log" 2>&1
+    log "softcap-cost rc=$? $(wc -l < "$OUT/vf/softcap.log") lines"
+    TURNS_CELLS="float16:128:2048:1" TURNS_DIRS=fwd TURNS_ROUNDS=1 TURNS_TIMEOUT=60 OUT=$OUT/vf bash scripts/gpu-run.sh turns \
+      > "$OUT/vf/turns-step.log" 2>&1
+    log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/vf/turns.log") rows"
+    timeout 110 node dist/bench/cli.js --grid off --decode --compare torch --out "$OUT/vf/dec" > "$OUT/vf/decode.log" 2>&1
+    log "decode bench rc=$?"
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-560} - 10 - $(el) )) npx vitest run test/cuda/inference.test.ts > "$OUT/vf/inference.log" 2>&1
+    log_tests $? "$OUT/vf/inference.log"
+    pack_case vf ;;
+  auto)
+    # fifty-fifth session: on the H200, issue 11's and 12's readings (AUTO_H200, default pt); on another card, vf
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      log "H200: ${AUTO_H200:-pt}"; exec bash "$0" "${AUTO_H200:-pt}"
+    else
+      log "not an H200: vf"; exec bash "$0" vf
+    fi ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
     # forty-sixth session) on this tree's TypeScript (dbb82d6's CPU-order plan is in every upload and read-back)

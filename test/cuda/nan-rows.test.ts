@@ -13,10 +13,10 @@ describeGpu('CUDA: a NaN key reaches exactly the rows that see it', () => {
   for (const dtype of ['float16', 'bfloat16', 'float32'] as const) {
     for (const [D, N, causal] of [[64, 300, true], [128, 257, false], [128, 700, true], [256, 200, true], [40, 129, false]] as const) {
       const s = seed++;
-      it(`dense ${dtype} D ${D} N ${N}${causal ? ' causal' : ''}`, () => checkNanKeyDense('cuda', dtype, D, N, causal, s));
+      it(`dense ${dtype} forward + backward D ${D} N ${N}${causal ? ' causal' : ''}`, () => checkNanKeyDense('cuda', dtype, D, N, causal, s, true));
     }
     const s1 = seed++;
-    it(`varlen ${dtype}`, () => checkNanKeyVarlen('cuda', dtype, 128, [150, 400, 33], s1));
+    it(`varlen ${dtype} forward + backward`, () => checkNanKeyVarlen('cuda', dtype, 128, [150, 400, 33], s1, true));
     for (const [D, page, lens, nq] of [
       [128, 16, [700, 3000, 90], [1, 1, 1]], [64, 1, [500, 2100, 40], [1, 1, 1]], [128, 64, [300, 5000, 17], [1, 1, 1]],
       [128, 16, [200, 600, 50], [7, 150, 3]], [256, 16, [100, 900, 20], [1, 1, 1]],

@@ -6,7 +6,9 @@
 // Dense (flashAttention, causal or not), packed (flashAttentionVarlen) and paged calls (prefill
 // chunks and decode rows, numSplits 1..8 and automatic) on inputs drawn by a seeded Rng.
 import { expect } from 'vitest';
-import { Tensor, flashAttention, flashAttentionVarlen, mergeAttention, pagedAttention } from '../../lib/index';
+import {
+  Tensor, flashAttention, flashAttentionBackward, flashAttentionVarlen, flashAttentionVarlenBackward, mergeAttention, pagedAttention,
+} from '../../lib/index';
 import { type Device, onDevice } from './harness';
 import { prefix, shuffledPageTable } from './inference';
 import { type DType, Rng, buildTensor, disposeAll } from './reference';
@@ -37,44 +39,118 @@ function expectNanRows(what: string, out: Float32Array, lse: Float32Array, rows:
   expect(nanRows, `${what}: some rows see the NaN key`).toBeGreaterThan(0);
 }
 
-/** flashAttention, [B, N, H, D], NaN in key j0 of batch 1, kv head 1. */
-export async function checkNanKeyDense(device: Device, dtype: DType, D: number, N: number, causal: boolean, seed: number): Promise<void> {
+/**
+ * A gradient [rows, heads, D] (row-major) against where the NaN key's weight reaches it: `nan(row, h)` rows all NaN;
+ * `near(row, h)` rows (same sequence and head group, not seeing the key) finite but possibly for column d0, the NaN
+ * key's NaN element (a masked key's zero weight times NaN is NaN in a tile's product); every other row finite.
+ */
+function expectNanGrad(what: string, g: Float32Array, rows: number, heads: number, D: number, d0: number,
+  nan: (row: number, h: number) => boolean, near: (row: number, h: number) => boolean): void {
+  let nanRows = 0;
+  for (let r = 0; r < rows; r++) {
+    for (let h = 0; h < heads; h++) {
+      const x = g.subarray((r * heads + h) * D, (r * heads + h + 1) * D);
+      if (nan(r, h)) {
+        nanRows++;
+        expect(x.every(Number.isNaN), `${what}: row ${r} head ${h} all NaN`).toBe(true);
+      } else if (near(r, h)) {
+        expect(x.every((y, d) => d === d0 || Number.isFinite(y)), `${what}: row ${r} head ${h} finite but for column ${d0}`).toBe(true);
+      } else {
+        expect(x.every(Number.isFinite), `${what}: row ${r} head ${h} finite`).toBe(true);
+      }
+    }
+  }
+  expect(nanRows, `${what}: some rows NaN`).toBeGreaterThan(0);
+}
+
+/**
+ * flashAttention, [B, N, H, D], NaN in key j0 of batch 1, kv head 1. With `backward`, flashAttentionBackward too (both
+ * deterministic settings): dq NaN in the rows that see the key, dk / dv NaN in all of batch 1's kv head 1 (its last
+ * row sees every key and is NaN), every other gradient finite.
+ */
+export async function checkNanKeyDense(device: Device, dtype: DType, D: number, N: number, causal: boolean, seed: number,
+  backward = false): Promise<void> {
   const rng = new Rng(seed);
   const B = 2, H = 4, Hkv = 2, g = H / Hkv;
-  const j0 = rng.int(0, N - 1);
+  const j0 = rng.int(0, N - 1), d0 = rng.int(0, D - 1);
   const kd = rng.normals(B * N * Hkv * D);
-  kd[((1 * N + j0) * Hkv + 1) * D + rng.int(0, D - 1)] = NaN;
+  kd[((1 * N + j0) * Hkv + 1) * D + d0] = NaN;
   const q = await put(rng.normals(B * N * H * D), [B, N, H, D], device, dtype);
   const k = await put(kd, [B, N, Hkv, D], device, dtype);
   const v = await put(rng.normals(B * N * Hkv * D), [B, N, Hkv, D], device, dtype);
   const r = await flashAttention(q, k, v, { causal });
-  const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
-  disposeAll(q, k, v, r.out, r.lse);
-  // rows of both batches as one list: row b * N + i; lse [B, H, N]
-  expectNanRows(`dense ${dtype} D ${D} N ${N}${causal ? ' causal' : ''} (key ${j0})`, out, lse, B * N, H, D,
-    (h, row) => (Math.floor(row / N) * H + h) * N + (row % N),
-    (row, h) => Math.floor(row / N) === 1 && Math.floor(h / g) === 1 && (!causal || row % N >= j0));
+  const what = `dense ${dtype} D ${D} N ${N}${causal ? ' causal' : ''} (key ${j0})`;
+  // rows of both batches as one list: row b * N + i
+  const sees = (row: number, h: number) => Math.floor(row / N) === 1 && Math.floor(h / g) === 1 && (!causal || row % N >= j0);
+  try {
+    const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
+    // lse [B, H, N]
+    expectNanRows(what, out, lse, B * N, H, D, (h, row) => (Math.floor(row / N) * H + h) * N + (row % N), sees);
+    if (!backward) return;
+    const dout = await put(rng.normals(B * N * H * D), [B, N, H, D], device, dtype);
+    try {
+      for (const deterministic of [false, true]) {
+        const gr = await flashAttentionBackward(dout, q, k, v, r.out, r.lse, { causal, deterministic });
+        const w = `${what} backward${deterministic ? ' deterministic' : ''}`;
+        const near = (row: number, h: number) => Math.floor(row / N) === 1 && Math.floor(h / g) === 1;
+        expectNanGrad(`${w} dq`, await gr.dq.toFloat32Array(), B * N, H, D, d0, sees, near);
+        const held = (row: number, h: number) => Math.floor(row / N) === 1 && h === 1;
+        expectNanGrad(`${w} dk`, await gr.dk.toFloat32Array(), B * N, Hkv, D, d0, held, () => false);
+        expectNanGrad(`${w} dv`, await gr.dv.toFloat32Array(), B * N, Hkv, D, d0, held, () => false);
+        disposeAll(gr.dq, gr.dk, gr.dv);
+      }
+    } finally {
+      disposeAll(dout);
+    }
+  } finally {
+    disposeAll(q, k, v, r.out, r.lse);
+  }
 }
 
-/** flashAttentionVarlen, three packed sequences, NaN in key j0 of the second, kv head 0. */
-export async function checkNanKeyVarlen(device: Device, dtype: DType, D: number, lens: number[], seed: number): Promise<void> {
+/**
+ * flashAttentionVarlen, three packed sequences, NaN in key j0 of the second, kv head 0. With `backward`,
+ * flashAttentionVarlenBackward too (both deterministic settings): dq NaN in the rows that see the key, dk / dv NaN in
+ * all of the second sequence's keys, every gradient of the other sequences finite.
+ */
+export async function checkNanKeyVarlen(device: Device, dtype: DType, D: number, lens: number[], seed: number,
+  backward = false): Promise<void> {
   const rng = new Rng(seed);
   const H = 2, Hkv = 1;
   const cu = prefix(lens);
   const total = cu[lens.length];
-  const j0 = rng.int(0, lens[1] - 1);
+  const j0 = rng.int(0, lens[1] - 1), d0 = rng.int(0, D - 1);
   const kd = rng.normals(total * Hkv * D);
-  kd[(cu[1] + j0) * Hkv * D + rng.int(0, D - 1)] = NaN;
+  kd[(cu[1] + j0) * Hkv * D + d0] = NaN;
   const q = await put(rng.normals(total * H * D), [total, H, D], device, dtype);
   const k = await put(kd, [total, Hkv, D], device, dtype);
   const v = await put(rng.normals(total * Hkv * D), [total, Hkv, D], device, dtype);
   const cuT = await put(cu, [cu.length], device);
   const maxL = Math.max(...lens);
-  const r = await flashAttentionVarlen(q, k, v, { cuSeqlensQ: cuT, cuSeqlensK: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true });
-  const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
-  disposeAll(q, k, v, cuT, r.out, r.lse);
-  expectNanRows(`varlen ${dtype} D ${D} [${lens}] (key ${j0} of sequence 1)`, out, lse, total, H, D,
-    (h, row) => h * total + row, (row) => row >= cu[1] + j0 && row < cu[2]);
+  const idx = { cuSeqlensQ: cuT, cuSeqlensK: cuT, maxSeqlenQ: maxL, maxSeqlenK: maxL, causal: true };
+  const r = await flashAttentionVarlen(q, k, v, idx);
+  const what = `varlen ${dtype} D ${D} [${lens}] (key ${j0} of sequence 1)`;
+  const inSeq1 = (row: number) => row >= cu[1] && row < cu[2];
+  const sees = (row: number) => inSeq1(row) && row >= cu[1] + j0;
+  try {
+    const out = await r.out.toFloat32Array(), lse = await r.lse.toFloat32Array();
+    expectNanRows(what, out, lse, total, H, D, (h, row) => h * total + row, sees);
+    if (!backward) return;
+    const dout = await put(rng.normals(total * H * D), [total, H, D], device, dtype);
+    try {
+      for (const deterministic of [false, true]) {
+        const gr = await flashAttentionVarlenBackward(dout, q, k, v, r.out, r.lse, { ...idx, deterministic });
+        const w = `${what} backward${deterministic ? ' deterministic' : ''}`;
+        expectNanGrad(`${w} dq`, await gr.dq.toFloat32Array(), total, H, D, d0, sees, inSeq1);
+        expectNanGrad(`${w} dk`, await gr.dk.toFloat32Array(), total, Hkv, D, d0, inSeq1, () => false);
+        expectNanGrad(`${w} dv`, await gr.dv.toFloat32Array(), total, Hkv, D, d0, inSeq1, () => false);
+        disposeAll(gr.dq, gr.dk, gr.dv);
+      }
+    } finally {
+      disposeAll(dout);
+    }
+  } finally {
+    disposeAll(q, k, v, cuT, r.out, r.lse);
+  }
 }
 
 /**
