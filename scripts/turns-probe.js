@@ -130,8 +130,12 @@ async function ourRound(call, n) {
         console.log(`${name} ${d}: ours ${row.ours_tflops.toFixed(1)} TFLOP/s, cuDNN ${row.cudnn_tflops.toFixed(1)}, ours / cuDNN ${row.ratio.toFixed(3)}`);
       }
       if (jsonl)
-        for (const s of sides)
-          fs.appendFileSync(jsonl, JSON.stringify({ impl: s.impl, dir: s.dir === 'bwd' && s.impl === 'cudnn' ? 'fwd+bwd' : s.dir, dtype: c.dtype, D: c.D, N: c.N, causal: c.causal, ms: median(s.ms), rounds: s.ms, wins: s.wins }) + '\n');
+        for (const s of sides) {
+          // a side's own rate: cuDNN's bwd side is its forward + backward (3.5x the forward's FLOPs)
+          const both = s.dir === 'bwd' && s.impl === 'cudnn';
+          const ms = median(s.ms), tflops = fwdFlops * (s.dir === 'bwd' ? (both ? 3.5 : 2.5) : 1) / ms / 1e9;
+          fs.appendFileSync(jsonl, JSON.stringify({ impl: s.impl, dir: both ? 'fwd+bwd' : s.dir, dtype: c.dtype, D: c.D, N: c.N, causal: c.causal, ms, tflops, rounds: s.ms, wins: s.wins }) + '\n');
+        }
       await torch.ask({ op: 'free' });
     } finally {
       [q, k, v, dout, out, lse].forEach((t) => t.dispose());
