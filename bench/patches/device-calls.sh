@@ -352,11 +352,12 @@ case "${1:-w}" in
     log_tests $? "$OUT/vf/inference.log"
     pack_case vf ;;
   auto)
-    # fifty-fifth session: on the H200, issue 11's and 12's readings (AUTO_H200, default pt); on another card, vf
+    # fifty-fifth session: on the H200, issue 11's and 12's readings (AUTO_H200, default pt); on another card AUTO_OTHER
+    # (default vf; none: nothing)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       log "H200: ${AUTO_H200:-pt}"; exec bash "$0" "${AUTO_H200:-pt}"
     else
-      log "not an H200: vf"; exec bash "$0" vf
+      log "not an H200: ${AUTO_OTHER:-vf}"; [ "${AUTO_OTHER:-vf}" = none ] && exit 0; exec bash "$0" "${AUTO_OTHER:-vf}"
     fi ;;
   gt)
     # forty-eighth session: the GPU suite (no sanitizers: the kernels are 8c9bfdf's, sanitizer-clean in the
