@@ -18,49 +18,41 @@ function put(x: ArrayLike<number> | Int32Array, shape: number[], device: Device,
   return onDevice(x instanceof Int32Array ? Tensor.from(x, shape) : buildTensor(x, shape, dtype).tensor, device);
 }
 
-/** Checks out [rows, H, D] (row-major) and lse (lse(h, row)) against `sees(row, h)`. */
-function expectNanRows(what: string, out: Float32Array, lse: Float32Array, rows: number, H: number, D: number,
-  lseAt: (h: number, row: number) => number, sees: (row: number, h: number) => boolean): void {
-  let nanRows = 0;
-  for (let r = 0; r < rows; r++) {
-    for (let h = 0; h < H; h++) {
-      const o = out.subarray((r * H + h) * D, (r * H + h + 1) * D);
-      const l = lse[lseAt(h, r)];
-      if (sees(r, h)) {
-        nanRows++;
-        expect(o.every(Number.isNaN), `${what}: row ${r} head ${h} sees the NaN key: out all NaN`).toBe(true);
-        expect(Number.isNaN(l), `${what}: row ${r} head ${h} sees the NaN key: lse NaN, got ${l}`).toBe(true);
-      } else {
-        expect(o.every(Number.isFinite), `${what}: row ${r} head ${h} does not see it: out finite`).toBe(true);
-        expect(Number.isFinite(l), `${what}: row ${r} head ${h} does not see it: lse finite, got ${l}`).toBe(true);
-      }
-    }
-  }
-  expect(nanRows, `${what}: some rows see the NaN key`).toBeGreaterThan(0);
-}
-
 /**
- * A gradient [rows, heads, D] (row-major) against where the NaN key's weight reaches it: `nan(row, h)` rows all NaN;
- * `near(row, h)` rows (same sequence and head group, not seeing the key) finite but possibly for column d0, the NaN
- * key's NaN element (a masked key's zero weight times NaN is NaN in a tile's product); every other row finite.
+ * Checks x [rows, heads, D] (row-major; out or a gradient) against where a NaN reaches it: `nan(row, h)` rows all NaN;
+ * `near(row, h)` rows finite but possibly for column d0, the NaN key's NaN element (in the backward, a masked key's
+ * zero weight times NaN is NaN in a tile's product); every other row finite.
  */
-function expectNanGrad(what: string, g: Float32Array, rows: number, heads: number, D: number, d0: number,
-  nan: (row: number, h: number) => boolean, near: (row: number, h: number) => boolean): void {
+function expectNanIn(what: string, x: Float32Array, rows: number, heads: number, D: number, d0: number,
+  nan: (row: number, h: number) => boolean, near: (row: number, h: number) => boolean = () => false): void {
   let nanRows = 0;
   for (let r = 0; r < rows; r++) {
     for (let h = 0; h < heads; h++) {
-      const x = g.subarray((r * heads + h) * D, (r * heads + h + 1) * D);
+      const xr = x.subarray((r * heads + h) * D, (r * heads + h + 1) * D);
       if (nan(r, h)) {
         nanRows++;
-        expect(x.every(Number.isNaN), `${what}: row ${r} head ${h} all NaN`).toBe(true);
+        expect(xr.every(Number.isNaN), `${what}: row ${r} head ${h} all NaN`).toBe(true);
       } else if (near(r, h)) {
-        expect(x.every((y, d) => d === d0 || Number.isFinite(y)), `${what}: row ${r} head ${h} finite but for column ${d0}`).toBe(true);
+        expect(xr.every((y, d) => d === d0 || Number.isFinite(y)), `${what}: row ${r} head ${h} finite but for column ${d0}`).toBe(true);
       } else {
-        expect(x.every(Number.isFinite), `${what}: row ${r} head ${h} finite`).toBe(true);
+        expect(xr.every(Number.isFinite), `${what}: row ${r} head ${h} finite`).toBe(true);
       }
     }
   }
   expect(nanRows, `${what}: some rows NaN`).toBeGreaterThan(0);
+}
+
+/** Checks out [rows, H, D] (row-major) and lse (lse(h, row)) against `sees(row, h)`: NaN exactly where it sees the key. */
+function expectNanRows(what: string, out: Float32Array, lse: Float32Array, rows: number, H: number, D: number,
+  lseAt: (h: number, row: number) => number, sees: (row: number, h: number) => boolean): void {
+  expectNanIn(`${what} out`, out, rows, H, D, -1, sees);
+  for (let r = 0; r < rows; r++) {
+    for (let h = 0; h < H; h++) {
+      const l = lse[lseAt(h, r)];
+      if (sees(r, h)) expect(Number.isNaN(l), `${what}: row ${r} head ${h} sees the NaN key: lse NaN, got ${l}`).toBe(true);
+      else expect(Number.isFinite(l), `${what}: row ${r} head ${h} does not see it: lse finite, got ${l}`).toBe(true);
+    }
+  }
 }
 
 /**
@@ -93,10 +85,10 @@ export async function checkNanKeyDense(device: Device, dtype: DType, D: number, 
         const gr = await flashAttentionBackward(dout, q, k, v, r.out, r.lse, { causal, deterministic });
         const w = `${what} backward${deterministic ? ' deterministic' : ''}`;
         const near = (row: number, h: number) => Math.floor(row / N) === 1 && Math.floor(h / g) === 1;
-        expectNanGrad(`${w} dq`, await gr.dq.toFloat32Array(), B * N, H, D, d0, sees, near);
+        expectNanIn(`${w} dq`, await gr.dq.toFloat32Array(), B * N, H, D, d0, sees, near);
         const held = (row: number, h: number) => Math.floor(row / N) === 1 && h === 1;
-        expectNanGrad(`${w} dk`, await gr.dk.toFloat32Array(), B * N, Hkv, D, d0, held, () => false);
-        expectNanGrad(`${w} dv`, await gr.dv.toFloat32Array(), B * N, Hkv, D, d0, held, () => false);
+        expectNanIn(`${w} dk`, await gr.dk.toFloat32Array(), B * N, Hkv, D, d0, held);
+        expectNanIn(`${w} dv`, await gr.dv.toFloat32Array(), B * N, Hkv, D, d0, held);
         disposeAll(gr.dq, gr.dk, gr.dv);
       }
     } finally {
@@ -140,9 +132,9 @@ export async function checkNanKeyVarlen(device: Device, dtype: DType, D: number,
       for (const deterministic of [false, true]) {
         const gr = await flashAttentionVarlenBackward(dout, q, k, v, r.out, r.lse, { ...idx, deterministic });
         const w = `${what} backward${deterministic ? ' deterministic' : ''}`;
-        expectNanGrad(`${w} dq`, await gr.dq.toFloat32Array(), total, H, D, d0, sees, inSeq1);
-        expectNanGrad(`${w} dk`, await gr.dk.toFloat32Array(), total, Hkv, D, d0, inSeq1, () => false);
-        expectNanGrad(`${w} dv`, await gr.dv.toFloat32Array(), total, Hkv, D, d0, inSeq1, () => false);
+        expectNanIn(`${w} dq`, await gr.dq.toFloat32Array(), total, H, D, d0, sees, inSeq1);
+        expectNanIn(`${w} dk`, await gr.dk.toFloat32Array(), total, Hkv, D, d0, inSeq1);
+        expectNanIn(`${w} dv`, await gr.dv.toFloat32Array(), total, Hkv, D, d0, inSeq1);
         disposeAll(gr.dq, gr.dk, gr.dv);
       }
     } finally {
