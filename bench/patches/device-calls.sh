@@ -6,7 +6,9 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# Fifty-fifth session: `auto` (pt on the H200, else vf: what the fifty-fourth left unrun on a GPU).
+# Fifty-fifth session: `auto` ran twice on an H100: vf (nan-rows with its backward, also FA_NO_WGMMA=1; inference.test.ts;
+# 259436b's scripts; decode) and pt (issue 11's benches on the H100). NEXT: on the H200 when it is lent,
+# `HB=nan YEND=380 AUTO_H200=pt AUTO_OTHER=none ... auto`, then `HB=nan YEND=500 ... hp` (.devbin/nan = HEAD's kernels).
 # NEXT (after the fifty-fourth session): on the H200 when it is lent, `HB=nan YEND=330 ... pt` and `HB=nan YEND=500 ... hp`
 # (.devbin/nan = this tree's 90a build: e6e12aa's fp16 / bf16 kernels but for the epilogue's l != 0 test, which read
 # 0.991-1.017 against them; issue 12's and 11's figures are read there; the GPU suite passed on it, case nr). The fifty-fourth session ran c3 (W 128 with three consumers: slower, fwd-w128-c3.patch) and fq (the
