@@ -353,6 +353,22 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout $(( ${YEND:-560} - 10 - $(el) )) npx vitest run test/cuda/inference.test.ts > "$OUT/vf/inference.log" 2>&1
     log_tests $? "$OUT/vf/inference.log"
     pack_case vf ;;
+  fz)
+    # fifty-sixth session: the public API fuzzed on the GPU with seeds no earlier run used (FZ_SEED, default 56002, for
+    # FZ_S seconds), then a smaller fuzz under compute-sanitizer memcheck (seed FZ_SEED + 1), then the nan-rows file
+    # under memcheck with --target-processes all named (whether the sanitizer follows vitest's forks: the last
+    # session's open question)
+    HB=${HB:-nan}; use_addon $HB
+    mkdir -p "$OUT/fz"; seed=${FZ_SEED:-56002}
+    FUZZ_SEED=$seed FUZZ_SECONDS=${FZ_S:-150} timeout $(( ${FZ_S:-150} + 90 )) node scripts/fuzz-api.mjs > "$OUT/fz/fuzz-$seed.log" 2>&1
+    log "fuzz $seed rc=$? $(grep -c ' failed    0 ' "$OUT/fz/fuzz-$seed.log") kinds without a failure"
+    FUZZ_SEED=$(( seed + 1 )) FUZZ_SECONDS=${FZ_MS:-80} FUZZ_WORK=0.3 timeout $(( ${FZ_MS:-80} + 120 )) compute-sanitizer \
+      --tool memcheck --print-limit 20 node scripts/fuzz-api.mjs > "$OUT/fz/fuzz-$(( seed + 1 ))-memcheck.log" 2>&1
+    log "fuzz under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/fuzz-$(( seed + 1 ))-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
+    FA_REQUIRE_GPU=1 timeout 150 compute-sanitizer --tool memcheck --target-processes all --print-limit 20 npx vitest run \
+      test/cuda/nan-rows.test.ts > "$OUT/fz/nan-rows-memcheck.log" 2>&1
+    log "nan-rows under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/nan-rows-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
+    pack_case fz ;;
   auto)
     # fifty-fifth session: on the H200, issue 11's and 12's readings (AUTO_H200, default pt); on another card AUTO_OTHER
     # (default vf; none: nothing)
