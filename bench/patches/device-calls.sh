@@ -353,6 +353,27 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout $(( ${YEND:-560} - 10 - $(el) )) npx vitest run test/cuda/inference.test.ts > "$OUT/vf/inference.log" 2>&1
     log_tests $? "$OUT/vf/inference.log"
     pack_case vf ;;
+  sx)
+    # fifty-sixth session: the fp32 softcap's polynomial range test read the signed scale (case fz's fuzz found it). The
+    # new negative-scale cases on the old build (.devbin/nan: expected to fail) and on the fix (.devbin/fix56), the fp32
+    # cases of the GPU files whose kernels changed, the two fuzz cases that failed, then a fuzz with a new seed
+    mkdir -p "$OUT/sx"
+    for b in nan fix56; do
+      use_addon $b
+      FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts -t 'scale=-' \
+        > "$OUT/sx/neg-$b.log" 2>&1
+      log_tests $? "$OUT/sx/neg-$b.log"
+      for fc in "56002 1451 1" "56003 1070 0.3"; do set -- $fc
+        FUZZ_SEED=$1 FUZZ_CASE=$2 FUZZ_WORK=$3 timeout 60 node scripts/fuzz-api.mjs >> "$OUT/sx/fuzz-cases-$b.log" 2>&1
+        log "$b: fuzz $1 case $2 rc=$?"
+      done
+    done
+    FA_REQUIRE_GPU=1 timeout 200 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+      test/cuda/fresh.test.ts test/cuda/fresh-varlen.test.ts -t float32 > "$OUT/sx/fp32.log" 2>&1
+    log_tests $? "$OUT/sx/fp32.log"
+    FUZZ_SEED=${FZ_SEED:-56004} FUZZ_SECONDS=${FZ_S:-90} timeout $(( ${FZ_S:-90} + 60 )) node scripts/fuzz-api.mjs > "$OUT/sx/fuzz.log" 2>&1
+    log "fuzz ${FZ_SEED:-56004} rc=$? $(grep -c ' failed    0 ' "$OUT/sx/fuzz.log") kinds without a failure"
+    pack_case sx ;;
   fz)
     # fifty-sixth session: the public API fuzzed on the GPU with seeds no earlier run used (FZ_SEED, default 56002, for
     # FZ_S seconds), then a smaller fuzz under compute-sanitizer memcheck (seed FZ_SEED + 1), then the nan-rows file

@@ -235,7 +235,9 @@ __device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], c
     bool poly = false;
     if constexpr (kPrecise) {
       // fp32: the polynomial for the whole tile where every raw score of the warp's tile is below
-      // kTanhPolyMax / sc (NaN scores stay NaN either way), else libdevice's tanhf per score. The branch
+      // kTanhPolyMax / |sc| (NaN scores stay NaN either way), else libdevice's tanhf per score. sc carries
+      // the sign of the scale, which may be negative: |sc|, or every tile of a negative scale took the
+      // polynomial far outside its range (a GPU fuzz found it, fifty-sixth session). The branch
       // is around whole loops: a per-score select ran both forms (fwd-softcap-poly.patch, 1.36-1.44x the
       // time without softcap at D 64 against 1.14-1.24x for tanhf alone, H100, fifty-third session); this
       // form 1.09-1.14x at D 64, 1.04-1.06x at D 128 (against 1.15-1.17x / 1.07-1.10x for tanhf in the
@@ -247,7 +249,7 @@ __device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], c
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(s[mt][nt][e]));
-      poly = __all_sync(0xffffffffu, amax * sc < kTanhPolyMax);
+      poly = __all_sync(0xffffffffu, amax * fabsf(sc) < kTanhPolyMax);
     }
     // s = cap * tanh(s * sc) over the fragment, one loop per tanh form
     auto cap_all = [&](auto tanh_of) {

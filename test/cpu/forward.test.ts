@@ -55,6 +55,8 @@ const HANDPICKED: AttnCase[] = [
   c({ Nq: 300, Nk: 257, D: 128, dtype: 'bfloat16', causal: true, layout: 'bhsd' }, 16),
   c({ Nq: 64, Nk: 1000, D: 32, dtype: 'float32', H: 2, Hkv: 2 }, 17),
   c({ Nq: 2, Nk: 3, D: 2, dtype: 'float32', cpu: { blockM: 1, blockN: 1, threads: 1 } }, 18),
+  // a negative scale under a softcap, scores past it (the CUDA fp32 kernels' polynomial range test once read the sign)
+  c({ Nq: 96, Nk: 160, D: 160, dtype: 'float32', H: 4, Hkv: 1, causal: true, scale: -1.36, softcap: 27.4 }, 19),
 ];
 
 const RANDOM = randomCases({

@@ -44,7 +44,8 @@ const HANDPICKED: AttnCase[] = [];
   }
   // float32 under a softcap with scores far past it: fp32-accurate tanh in the backward's recomputed
   // P and its 1 - tanh^2 factor too (forward.test.ts says why)
-  for (const [D, scale, softcap] of [[224, 1.36, 27.4], [128, 0.5, 20.6]] as const) {
+  // (the last: a negative scale, whose range test for the forward's polynomial read the signed scale)
+  for (const [D, scale, softcap] of [[224, 1.36, 27.4], [128, 0.5, 20.6], [160, -1.36, 27.4]] as const) {
     HANDPICKED.push(c({ Nq: 96, Nk: 160, D, dtype: 'float32', H: 4, Hkv: 1, causal: true, scale, softcap }, seed++));
   }
 }

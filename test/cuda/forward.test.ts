@@ -49,7 +49,10 @@ const HANDPICKED: AttnCase[] = [];
   // (tanh_poly), and one where a tile's largest score sits near the polynomial's bound, 0.625 softcaps (about 3.2
   // standard deviations), so that some tiles take it and others libdevice's tanhf in the same call.
   for (const [D, scale, softcap, causal] of [[224, 1.36, 27.4, true], [208, 0.47, 34.2, true], [128, 0.5, 20.6, false], [88, 0.64, 8.1, true],
-    [64, 0.125, 50, false], [136, 0.3, 18, true]] as const) {
+    [64, 0.125, 50, false], [136, 0.3, 18, true],
+    // a negative scale: the polynomial's range test must read |scale| (it read the signed scale, so every tile took the
+    // polynomial; the GPU fuzz found it, seed 56002 case 1451)
+    [160, -1.36, 27.4, true], [64, -0.64, 8.1, false], [136, -0.3, 18, true]] as const) {
     HANDPICKED.push(c({ Nq: 96, Nk: 160, D, dtype: 'float32', H: 4, Hkv: 1, causal, scale, softcap }, seed++));
   }
 }
