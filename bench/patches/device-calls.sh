@@ -8,8 +8,8 @@
 #
 # Fifty-sixth session: `auto` with AUTO_OTHER=fz on an H100 (the API fuzzed on the GPU: two fp32 failures, a negative
 # scale under a softcap), then sx (the fix, b5afb2b: the new cases fail on .devbin/nan and pass on .devbin/fix56 =
-# b5afb2b's 90a build, whose fp16 / bf16 kernels are nan's). NEXT: `HB=fix56 YEND=380 ST=260 AUTO_H200=pt AUTO_OTHER=gt
-# ... auto` (issue 11's benches on the H200, else the GPU suite on the fix), then `HB=fix56 YEND=500 ... hp` on the H200.
+# b5afb2b's 90a build, whose fp16 / bf16 kernels are nan's). NEXT: `HB=fix56 YEND=380 ST=300 AUTO_H200=pt AUTO_OTHER=gt
+# ... auto` (issue 11's benches on the H200, else the GPU suite on the fix; ST 250 left fresh-inference unfinished), then `HB=fix56 YEND=500 ... hp` on the H200.
 # Fifty-fifth session: `auto` ran twice on an H100: vf (nan-rows with its backward, also FA_NO_WGMMA=1; inference.test.ts;
 # 259436b's scripts; decode) and pt (issue 11's benches on the H100). NEXT: on the H200 when it is lent,
 # `HB=nan YEND=380 AUTO_H200=pt AUTO_OTHER=none ... auto`, then `HB=nan YEND=500 ... hp` (.devbin/nan = HEAD's kernels).
