@@ -581,8 +581,9 @@ function pickMask(rng, Nq, Nk, { allowCausal = true, allowWindow = true } = {}) 
     o.window = [side(), side()];
   }
   if (rng.bool(0.25)) o.softcap = rng.bool(0.15) ? 0 : rng.logUniform(0.3, 50);
-  // a negative scale one draw in five (one in twenty-five 0): it flips every score, and any test of a score's range that
-  // forgets the sign shows there (the fp32 softcap's polynomial did, fifty-sixth session)
+  // a scale <= 0 one draw in five (0 in one of twenty-five, negative in the rest; was one in twenty): a negative scale
+  // flips every score, and any test of a score's range that forgets the sign shows there (the fp32 softcap's polynomial
+  // did, fifty-sixth session)
   if (rng.bool(0.3)) o.scale = rng.bool(0.2) ? (rng.bool(0.2) ? 0 : -rng.logUniform(0.02, 1.5)) : rng.logUniform(0.02, 1.5);
   return o;
 }
