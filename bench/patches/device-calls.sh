@@ -129,6 +129,12 @@ softcap_ab() {
 }
 # a vitest run's totals in calls.log: log_tests <its exit status> <its log>
 log_tests() { log "tests rc=$1 $(grep -aE 'Test Files|Tests ' "$2" | tr -d '\033' | tr '\n' ' ')"; }
+# the public API fuzzed (scripts/fuzz-api.mjs) into the log $1 with seed $2 for $3 s, and its kinds without a failure in
+# calls.log
+fuzz_timed() {
+  FUZZ_SEED=$2 FUZZ_SECONDS=$3 timeout $(( $3 + 90 )) node scripts/fuzz-api.mjs > "$1" 2>&1
+  log "fuzz $2 rc=$? $(grep -c ' failed    0 ' "$1") kinds without a failure"
+}
 # the GPU suite (gpu-run.sh tests) into $OUT/$1, within $2 s for its parallel files, and its totals in calls.log
 gpu_suite() {
   TEST_TIMEOUT=$2 OUT=$OUT/$1 bash scripts/gpu-run.sh tests > "$OUT/$1/tests-step.log" 2>&1
@@ -375,8 +381,7 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout 200 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
       test/cuda/fresh.test.ts test/cuda/fresh-varlen.test.ts -t float32 > "$OUT/sx/fp32.log" 2>&1
     log_tests $? "$OUT/sx/fp32.log"
-    FUZZ_SEED=${FZ_SEED:-56004} FUZZ_SECONDS=${FZ_S:-90} timeout $(( ${FZ_S:-90} + 60 )) node scripts/fuzz-api.mjs > "$OUT/sx/fuzz.log" 2>&1
-    log "fuzz ${FZ_SEED:-56004} rc=$? $(grep -c ' failed    0 ' "$OUT/sx/fuzz.log") kinds without a failure"
+    fuzz_timed "$OUT/sx/fuzz.log" ${FZ_SEED:-56004} ${FZ_S:-90}
     pack_case sx ;;
   fz)
     # fifty-sixth session: the public API fuzzed on the GPU with seeds no earlier run used (FZ_SEED, default 56002, for
@@ -385,8 +390,7 @@ case "${1:-w}" in
     # session's open question)
     HB=${HB:-nan}; use_addon $HB
     mkdir -p "$OUT/fz"; seed=${FZ_SEED:-56002}
-    FUZZ_SEED=$seed FUZZ_SECONDS=${FZ_S:-150} timeout $(( ${FZ_S:-150} + 90 )) node scripts/fuzz-api.mjs > "$OUT/fz/fuzz-$seed.log" 2>&1
-    log "fuzz $seed rc=$? $(grep -c ' failed    0 ' "$OUT/fz/fuzz-$seed.log") kinds without a failure"
+    fuzz_timed "$OUT/fz/fuzz-$seed.log" $seed ${FZ_S:-150}
     FUZZ_SEED=$(( seed + 1 )) FUZZ_SECONDS=${FZ_MS:-80} FUZZ_WORK=0.3 timeout $(( ${FZ_MS:-80} + 120 )) compute-sanitizer \
       --tool memcheck --print-limit 20 node scripts/fuzz-api.mjs > "$OUT/fz/fuzz-$(( seed + 1 ))-memcheck.log" 2>&1
     log "fuzz under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/fuzz-$(( seed + 1 ))-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
