@@ -398,6 +398,15 @@ case "${1:-w}" in
       test/cuda/nan-rows.test.ts > "$OUT/fz/nan-rows-memcheck.log" 2>&1
     log "nan-rows under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/nan-rows-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
     pack_case fz ;;
+  gf)
+    # fifty-seventh session: the GPU suite on the build $HB (ST s for its parallel files), then the public API fuzzed on
+    # the GPU with seed FZ_SEED for what is left until YEND
+    HB=${HB:-fix56}; use_addon $HB
+    mkdir -p "$OUT/gf"; seed=${FZ_SEED:-57002}
+    gpu_suite gf ${ST:-300}
+    left=$(( ${YEND:-540} - 100 - $(el) ))
+    if [ $left -gt 30 ]; then fuzz_timed "$OUT/gf/fuzz-$seed.log" $seed $left; else log "no time left for the fuzz"; fi
+    pack_case gf ;;
   auto)
     # fifty-fifth session: on the H200, issue 11's and 12's readings (AUTO_H200, default pt); on another card AUTO_OTHER
     # (default vf; none: nothing)
