@@ -398,6 +398,32 @@ case "${1:-w}" in
       test/cuda/nan-rows.test.ts > "$OUT/fz/nan-rows-memcheck.log" 2>&1
     log "nan-rows under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/nan-rows-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
     pack_case fz ;;
+  cs)
+    # fifty-seventh session: the fp16 / bf16 softcap's tanh at fp32 accuracy (softcap_scores / tanh_fast_exact;
+    # .devbin/cs57 = this tree's 90a build) against .devbin/fix56 (b5afb2b's): the new large-softcap cases on both
+    # (fail / pass), the seed-57002 fuzz failures rerun on the new build, the GPU suite on it, the softcap's cost (fp16,
+    # softcaps 30 and 4) on both, then the forward and backward without softcap on both (fwd-ab) until YEND
+    HB=cs57; need .devbin/cs57/addon.xz; need .devbin/fix56/addon.xz
+    mkdir -p "$OUT/cs"
+    for v in fix56 cs57; do
+      use_addon $v
+      FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+        -t 'softcap=(30000|12000|3000|5000|4) ' > "$OUT/cs/new-cases-$v.log" 2>&1
+      log_tests $? "$OUT/cs/new-cases-$v.log"
+    done
+    for n in 549 612 1102 1231 1999 2868 3079 3139 3674 3808 4182 4240 4244 4789 4871 5107 5164; do
+      FUZZ_SEED=57002 FUZZ_CASE=$n timeout 60 node scripts/fuzz-api.mjs >> "$OUT/cs/fuzz-reruns.log" 2>&1
+      echo "case $n rc=$?" >> "$OUT/cs/fuzz-reruns.log"
+    done
+    log "fuzz reruns: $(grep -c ' rc=0' "$OUT/cs/fuzz-reruns.log") of 17 passed"
+    gpu_suite cs ${ST:-180}
+    export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
+    softcap_ab cs fix56 1
+    AB_DIR=fwd,bwd AB_TAG=cs-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--hdim 64,128,256 --seqlen 2048" \
+      AB_ADDON=".devbin/fix56/addon.xz" OUT=$OUT/cs timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab \
+      > "$OUT/cs/ab-step.log" 2>&1
+    log "ab rc=$?"
+    pack_case cs ;;
   gf)
     # fifty-seventh session: the GPU suite on the build $HB (ST s for its parallel files), then the public API fuzzed on
     # the GPU with seed FZ_SEED for what is left until YEND
