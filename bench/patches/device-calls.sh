@@ -419,7 +419,8 @@ case "${1:-w}" in
     gpu_suite cs ${ST:-180}
     export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
     softcap_ab cs fix56 1
-    AB_DIR=fwd,bwd AB_TAG=cs-ab AB_ROUNDS=2 AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--hdim 64,128,256 --seqlen 2048" \
+    rounds=2; [ $(( ${YEND:-580} - $(el) )) -lt 170 ] && rounds=1
+    AB_DIR=fwd,bwd AB_TAG=cs-ab AB_ROUNDS=$rounds AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--hdim 64,128,256 --seqlen 2048" \
       AB_ADDON=".devbin/fix56/addon.xz" OUT=$OUT/cs timeout $(( ${YEND:-580} - 10 - $(el) )) bash scripts/gpu-run.sh fwd-ab \
       > "$OUT/cs/ab-step.log" 2>&1
     log "ab rc=$?"
