@@ -398,6 +398,32 @@ case "${1:-w}" in
       test/cuda/nan-rows.test.ts > "$OUT/fz/nan-rows-memcheck.log" 2>&1
     log "nan-rows under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/nan-rows-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
     pack_case fz ;;
+  cl)
+    # fifty-seventh session, the lean form of cs for a short call: the new large-softcap cases on .devbin/fix56 and on
+    # .devbin/cs57 (fail / pass); then on cs57 the seed-57002 fuzz failures rerun beside every softcap case of the GPU
+    # test files (-t softcap), the softcap's cost (fp16, softcaps 30 and 4) on both builds, and a new fuzz seed until YEND
+    HB=cs57; need .devbin/cs57/addon.xz; need .devbin/fix56/addon.xz
+    mkdir -p "$OUT/cl"
+    for v in fix56 cs57; do
+      use_addon $v
+      FA_REQUIRE_GPU=1 timeout 100 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+        -t 'softcap=(30000|12000|3000|5000|4) ' > "$OUT/cl/new-cases-$v.log" 2>&1
+      log_tests $? "$OUT/cl/new-cases-$v.log"
+    done
+    ( for n in 549 612 1102 1231 1999 2868 3079 3139 3674 3808 4182 4240 4244 4789 4871 5107 5164; do
+        FUZZ_SEED=57002 FUZZ_CASE=$n timeout 60 node scripts/fuzz-api.mjs >> "$OUT/cl/fuzz-reruns.log" 2>&1
+        echo "case $n rc=$?" >> "$OUT/cl/fuzz-reruns.log"
+      done ) &
+    FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda -t softcap --exclude test/cuda/tensor.test.ts \
+      --exclude test/cuda/stream.test.ts > "$OUT/cl/softcap-cases.log" 2>&1
+    log_tests $? "$OUT/cl/softcap-cases.log"
+    wait
+    log "fuzz reruns: $(grep -c ' rc=0' "$OUT/cl/fuzz-reruns.log") of 17 passed"
+    export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
+    softcap_ab cl fix56 1
+    left=$(( ${YEND:-300} - 100 - $(el) ))
+    if [ $left -gt 20 ]; then fuzz_timed "$OUT/cl/fuzz-57005.log" 57005 $left; else log "no time left for the fuzz"; fi
+    pack_case cl ;;
   cs)
     # fifty-seventh session: the fp16 / bf16 softcap's tanh at fp32 accuracy (softcap_scores / tanh_fast_exact;
     # .devbin/cs57 = this tree's 90a build) against .devbin/fix56 (b5afb2b's): the new large-softcap cases on both
