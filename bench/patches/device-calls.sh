@@ -6,6 +6,10 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Fifty-seventh session: gf on an H100 (the GPU suite on fix56: 1453 + 27 passed; the fuzz with softcaps up to 1e4, seed
+# 57002: 17 fp16 / bf16 lse failures, the softcap's tanh). NEXT: `git apply bench/patches/fp16-softcap-poly.patch`, build
+# 90a, xz the addon into .devbin/cs57, then `YEND=560 ST=190 ... cs` (cl if the call must be short); land the patch if
+# its cases pass and the A/B is neutral; then auto as below.
 # Fifty-sixth session: `auto` with AUTO_OTHER=fz on an H100 (the API fuzzed on the GPU: two fp32 failures, a negative
 # scale under a softcap), then sx (the fix, b5afb2b: the new cases fail on .devbin/nan and pass on .devbin/fix56 =
 # b5afb2b's 90a build, whose fp16 / bf16 kernels are nan's). NEXT: `HB=fix56 YEND=380 ST=300 AUTO_H200=pt AUTO_OTHER=gt
@@ -399,7 +403,8 @@ case "${1:-w}" in
     log "nan-rows under memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/fz/nan-rows-memcheck.log" | sort | uniq -c | tr '\n' ' ')"
     pack_case fz ;;
   cl)
-    # fifty-seventh session, the lean form of cs for a short call: the new large-softcap cases on .devbin/fix56 and on
+    # fifty-seventh session, the lean form of cs for a short call (the same set-up: the patch applied, .devbin/cs57 and
+    # .devbin/fix56): the new large-softcap cases on .devbin/fix56 and on
     # .devbin/cs57 (fail / pass); then on cs57 the seed-57002 fuzz failures rerun beside every softcap case of the GPU
     # test files (-t softcap), the softcap's cost (fp16, softcaps 30 and 4) on both builds, and a new fuzz seed until YEND
     HB=cs57; need .devbin/cs57/addon.xz; need .devbin/fix56/addon.xz
@@ -425,8 +430,9 @@ case "${1:-w}" in
     if [ $left -gt 20 ]; then fuzz_timed "$OUT/cl/fuzz-57005.log" 57005 $left; else log "no time left for the fuzz"; fi
     pack_case cl ;;
   cs)
-    # fifty-seventh session: the fp16 / bf16 softcap's tanh at fp32 accuracy (softcap_scores / tanh_fast_exact;
-    # .devbin/cs57 = this tree's 90a build) against .devbin/fix56 (b5afb2b's): the new large-softcap cases on both
+    # fifty-seventh session: the fp16 / bf16 softcap's tanh at fp32 accuracy (bench/patches/fp16-softcap-poly.patch:
+    # softcap_scores / tanh_fast_exact, and the new test cases). Run it in a tree with the patch applied (`git apply`),
+    # .devbin/cs57 = that tree's 90a build, .devbin/fix56 = b5afb2b's (main's kernels): the new large-softcap cases on both
     # (fail / pass), the seed-57002 fuzz failures rerun on the new build, the GPU suite on it, the softcap's cost (fp16,
     # softcaps 30 and 4) on both, then the forward and backward without softcap on both (fwd-ab) until YEND
     HB=cs57; need .devbin/cs57/addon.xz; need .devbin/fix56/addon.xz

@@ -182,33 +182,6 @@ __device__ __forceinline__ float softcap_tanh(float x) {
   if constexpr (kPrecise) return tanh_precise(x);
   else return tanh_fast(x);
 }
-// tanh of one score at fp32 accuracy for the fp16 / bf16 kernels: the polynomial in its range, tanh_fast past it
-// (where tanh >= 0.55, so tanh_fast's absolute error is an ulp-sized relative one). Both forms are computed.
-__device__ __forceinline__ float tanh_fast_exact(float x) {
-  return fabsf(x) < kTanhPolyMax ? tanh_poly(x) : tanh_fast(x);
-}
-// The softcap over a thread's kN scores of one tile, s -> cap * tanh(s * sc), in every forward kernel. One warp vote:
-// where every raw score of the warp's tile is below kTanhPolyMax / |sc|, the polynomial for all of them (fp32-accurate,
-// on the FMA pipe, no MUFU beside the softmax's exponentials); else softcap_tanh per score. sc = scale / softcap
-// carries the scale's sign: |sc| (a negative scale once took the polynomial everywhere, fifty-sixth session); NaN
-// scores do not move the vote and stay NaN. tanh_fast alone was not enough for the fp16 / bf16 kernels: 1 - 2 / (e^2x
-// + 1) cancels for small |x| to an absolute error of ~6e-8, which the softcap multiplies (softcap 5000: lse off by up
-// to 9e-4, 100x a naive fp32 softmax; a GPU fuzz with softcaps up to 1e4, fifty-seventh session). A tile that fails
-// the vote holds a score of at least tanh(0.625) softcap = 0.55 softcap, so that error is then within about an ulp
-// of the tile's largest score.
-template <bool kPrecise, int kN>
-__device__ __forceinline__ void softcap_scores(float* s, float cap, float sc) {
-  float amax = 0.f;
-#pragma unroll
-  for (int i = 0; i < kN; ++i) amax = fmaxf(amax, fabsf(s[i]));
-  if (__all_sync(0xffffffffu, amax * fabsf(sc) < kTanhPolyMax)) {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) s[i] = cap * tanh_poly(s[i] * sc);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kN; ++i) s[i] = cap * softcap_tanh<kPrecise>(s[i] * sc);
-  }
-}
 
 }  // namespace cuda
 }  // namespace fa

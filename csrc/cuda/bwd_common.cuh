@@ -23,11 +23,7 @@ __device__ __forceinline__ int64_t bwd_ws_base(const BwdArgs& a, int b, int h, c
 template <bool kPrecise>
 __device__ __forceinline__ float bwd_prob(const BwdArgs& a, float s, float lse2, float* dmod) {
   if (a.softcap > 0.f) {
-    // fp16 / bf16: the polynomial where tanh_fast would cancel (its absolute error times the softcap)
-    const float x = s * a.softcap_scale;
-    float t;
-    if constexpr (kPrecise) t = tanh_precise(x);
-    else t = tanh_fast_exact(x);
+    const float t = softcap_tanh<kPrecise>(s * a.softcap_scale);
     *dmod = 1.f - t * t;
     return fast_exp2(fmaf(a.softcap * t, 1.4426950408889634f, -lse2));
   }

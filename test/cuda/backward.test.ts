@@ -48,13 +48,6 @@ const HANDPICKED: AttnCase[] = [];
   for (const [D, scale, softcap] of [[224, 1.36, 27.4], [128, 0.5, 20.6], [160, -1.36, 27.4]] as const) {
     HANDPICKED.push(c({ Nq: 96, Nk: 160, D, dtype: 'float32', H: 4, Hkv: 1, causal: true, scale, softcap }, seed++));
   }
-  // float16 / bfloat16 under a softcap far above the scores: the recomputed P's tanh at fp32 accuracy where tanh_fast
-  // would cancel (bwd_prob's tanh_fast_exact; forward.test.ts says why)
-  for (const dtype of ['float16', 'bfloat16'] as const) {
-    for (const [D, softcap] of [[64, 3e4], [128, 12000], [256, 5000]] as const) {
-      HANDPICKED.push(c({ Nq: 96, Nk: 160, D, dtype, H: 4, Hkv: 2, causal: true, softcap }, seed++));
-    }
-  }
 }
 
 describeGpu('CUDA backward', () => {
