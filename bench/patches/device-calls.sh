@@ -139,6 +139,26 @@ fuzz_timed() {
   FUZZ_SEED=$2 FUZZ_SECONDS=$3 timeout $(( $3 + 90 )) node scripts/fuzz-api.mjs > "$1" 2>&1
   log "fuzz $2 rc=$? $(grep -c ' failed    0 ' "$1") kinds without a failure"
 }
+# the fifty-seventh session's large-softcap cases (bench/patches/fp16-softcap-poly.patch's tests) on .devbin/fix56, then on
+# .devbin/cs57 (which stays loaded), each run within $2 s, logs in $OUT/$1
+softcap_new_cases() {
+  local v
+  for v in fix56 cs57; do
+    use_addon $v
+    FA_REQUIRE_GPU=1 timeout $2 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+      -t 'softcap=(30000|12000|3000|5000|4) ' > "$OUT/$1/new-cases-$v.log" 2>&1
+    log_tests $? "$OUT/$1/new-cases-$v.log"
+  done
+}
+# the seventeen failures of the fuzz's seed 57002 rerun on this tree's addon, into $OUT/$1/fuzz-reruns.log
+softcap_reruns() {
+  local n
+  for n in 549 612 1102 1231 1999 2868 3079 3139 3674 3808 4182 4240 4244 4789 4871 5107 5164; do
+    FUZZ_SEED=57002 FUZZ_CASE=$n timeout 60 node scripts/fuzz-api.mjs >> "$OUT/$1/fuzz-reruns.log" 2>&1
+    echo "case $n rc=$?" >> "$OUT/$1/fuzz-reruns.log"
+  done
+  log "fuzz reruns: $(grep -c ' rc=0' "$OUT/$1/fuzz-reruns.log") of 17 passed"
+}
 # the GPU suite (gpu-run.sh tests) into $OUT/$1, within $2 s for its parallel files, and its totals in calls.log
 gpu_suite() {
   TEST_TIMEOUT=$2 OUT=$OUT/$1 bash scripts/gpu-run.sh tests > "$OUT/$1/tests-step.log" 2>&1
@@ -409,21 +429,12 @@ case "${1:-w}" in
     # test files (-t softcap), the softcap's cost (fp16, softcaps 30 and 4) on both builds, and a new fuzz seed until YEND
     HB=cs57; need .devbin/cs57/addon.xz; need .devbin/fix56/addon.xz
     mkdir -p "$OUT/cl"
-    for v in fix56 cs57; do
-      use_addon $v
-      FA_REQUIRE_GPU=1 timeout 100 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
-        -t 'softcap=(30000|12000|3000|5000|4) ' > "$OUT/cl/new-cases-$v.log" 2>&1
-      log_tests $? "$OUT/cl/new-cases-$v.log"
-    done
-    ( for n in 549 612 1102 1231 1999 2868 3079 3139 3674 3808 4182 4240 4244 4789 4871 5107 5164; do
-        FUZZ_SEED=57002 FUZZ_CASE=$n timeout 60 node scripts/fuzz-api.mjs >> "$OUT/cl/fuzz-reruns.log" 2>&1
-        echo "case $n rc=$?" >> "$OUT/cl/fuzz-reruns.log"
-      done ) &
+    softcap_new_cases cl 100
+    softcap_reruns cl &
     FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda -t softcap --exclude test/cuda/tensor.test.ts \
       --exclude test/cuda/stream.test.ts > "$OUT/cl/softcap-cases.log" 2>&1
     log_tests $? "$OUT/cl/softcap-cases.log"
     wait
-    log "fuzz reruns: $(grep -c ' rc=0' "$OUT/cl/fuzz-reruns.log") of 17 passed"
     export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
     softcap_ab cl fix56 1
     left=$(( ${YEND:-300} - 100 - $(el) ))
@@ -437,17 +448,8 @@ case "${1:-w}" in
     # softcaps 30 and 4) on both, then the forward and backward without softcap on both (fwd-ab) until YEND
     HB=cs57; need .devbin/cs57/addon.xz; need .devbin/fix56/addon.xz
     mkdir -p "$OUT/cs"
-    for v in fix56 cs57; do
-      use_addon $v
-      FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
-        -t 'softcap=(30000|12000|3000|5000|4) ' > "$OUT/cs/new-cases-$v.log" 2>&1
-      log_tests $? "$OUT/cs/new-cases-$v.log"
-    done
-    for n in 549 612 1102 1231 1999 2868 3079 3139 3674 3808 4182 4240 4244 4789 4871 5107 5164; do
-      FUZZ_SEED=57002 FUZZ_CASE=$n timeout 60 node scripts/fuzz-api.mjs >> "$OUT/cs/fuzz-reruns.log" 2>&1
-      echo "case $n rc=$?" >> "$OUT/cs/fuzz-reruns.log"
-    done
-    log "fuzz reruns: $(grep -c ' rc=0' "$OUT/cs/fuzz-reruns.log") of 17 passed"
+    softcap_new_cases cs 150
+    softcap_reruns cs
     gpu_suite cs ${ST:-180}
     export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
     softcap_ab cs fix56 1
