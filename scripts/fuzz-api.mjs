@@ -586,8 +586,8 @@ function pickMask(rng, Nq, Nk, { allowCausal = true, allowWindow = true } = {}) 
   if (rng.bool(0.25)) o.softcap = rng.bool(0.15) ? 0 : rng.bool(0.2) ? rng.logUniform(0.01, 1e4) : rng.logUniform(0.3, 50);
   // a scale <= 0 one draw in five (0 in one of twenty-five, negative in the rest; was one in twenty): a negative scale
   // flips every score, and any test of a score's range that forgets the sign shows there (the fp32 softcap's polynomial
-  // did, fifty-sixth session)
-  // (a positive scale from 1.5 to 30 one draw in seven: scores of hundreds, softmax rows nearly one-hot)
+  // did, fifty-sixth session); a positive scale from 1.5 to 30 one positive draw in seven (scores of hundreds, softmax rows
+  // nearly one-hot)
   if (rng.bool(0.3)) o.scale = rng.bool(0.2) ? (rng.bool(0.2) ? 0 : -rng.logUniform(0.02, 1.5)) : rng.bool(0.15) ? rng.logUniform(1.5, 30) : rng.logUniform(0.02, 1.5);
   return o;
 }

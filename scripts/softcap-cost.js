@@ -12,14 +12,14 @@ const { randomDevice } = require('./prefill-inputs.js');
 const median = (a) => { const s = [...a].sort((x, y) => x - y); return s[s.length >> 1]; };
 const DTYPE = process.env.SOFTCAP_DTYPE || 'float32';
 const CAPS = (process.env.SOFTCAP_CAPS || '30').split(',').map(Number);
-const randomF32 = (shape, seed) => randomDevice(shape, seed, DTYPE);
+const randomInput = (shape, seed) => randomDevice(shape, seed, DTYPE);
 
 async function main() {
   const H = 16;
   for (const D of [64, 128]) for (const N of [1024, 4096]) for (const causal of [false, true]) {
     const B = Math.max(1, 8192 / N);
-    const q = await randomF32([B, N, H, D], 1), k = await randomF32([B, N, H, D], 2), v = await randomF32([B, N, H, D], 3);
-    const dout = await randomF32([B, N, H, D], 4);
+    const q = await randomInput([B, N, H, D], 1), k = await randomInput([B, N, H, D], 2), v = await randomInput([B, N, H, D], 3);
+    const dout = await randomInput([B, N, H, D], 4);
     const t = {};
     for (const softcap of [0, ...CAPS]) {
       const opts = softcap ? { causal, softcap } : { causal };
