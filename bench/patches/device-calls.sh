@@ -440,6 +440,47 @@ case "${1:-w}" in
     left=$(( ${YEND:-300} - 100 - $(el) ))
     if [ $left -gt 20 ]; then fuzz_timed "$OUT/cl/fuzz-57005.log" 57005 $left; else log "no time left for the fuzz"; fi
     pack_case cl ;;
+  c58)
+    # fifty-eighth session: the softcap fix as it lands (.devbin/cs58 = this tree's 90a build; .devbin/fix56 = b5afb2b's,
+    # main's kernels before it): the large-softcap cases and the fuzz's once-failing cases (fuzz-regressions.test.ts),
+    # the stream test whose event-loop count once read 1 (three runs, its turns printed), the GPU suite (ST s for its
+    # parallel files), the softcap's cost (fp16, softcaps 30 and 4) on both, memcheck on five of those fuzz calls
+    # (dense, varlen, paged prefill, decode), then a fresh fuzz seed (FZ_SEED) until YEND
+    HB=cs58; need .devbin/cs58/addon.xz; need .devbin/fix56/addon.xz
+    use_addon cs58
+    mkdir -p "$OUT/c58"
+    FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+      test/cuda/fuzz-regressions.test.ts -t 'softcap=(30000|12000|3000|5000|4) |once failed|seed 57002' > "$OUT/c58/new-cases.log" 2>&1
+    log_tests $? "$OUT/c58/new-cases.log"
+    for i in 1 2 3; do
+      FA_REQUIRE_GPU=1 timeout 60 npx vitest run test/cuda/stream.test.ts -t 'JS thread keeps running' >> "$OUT/c58/stream-ticks.log" 2>&1
+      echo "stream run $i rc=$?" >> "$OUT/c58/stream-ticks.log"
+    done
+    log "stream ticks: $(grep -ao 'stream: [0-9]* event-loop turns.*' "$OUT/c58/stream-ticks.log" | cut -c1-60 | tr '\n' ';')"
+    gpu_suite c58 ${ST:-300}
+    log "suite stream ticks: $(grep -ao 'stream: [0-9]* event-loop turns.*' "$OUT/c58/gpu-tests.log" | cut -c1-60)"
+    export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
+    softcap_ab c58 fix56 1
+    # the mma.sync kernels (FA_NO_WGMMA=1; sm80's path), whose D 128 paged kernel spills 88 bytes here against 8 on main
+    # (the per-score fallback): the softcap's cost, then the varlen bench's packed and paged calls, on both builds
+    if [ $(( ${YEND:-560} - $(el) )) -gt 200 ]; then
+      mkdir -p "$OUT/c58/sm80"; FA_NO_WGMMA=1 softcap_ab c58/sm80 fix56 1
+      for v in fix56 cs58; do
+        xz -dc ".devbin/$v/addon.xz" > "$OUT/v.node"
+        FA_NO_WGMMA=1 FA_ADDON_PATH="$OUT/v.node" timeout 60 node dist/bench/cli.js --grid off --varlen --api-ms 100 --out /tmp \
+          2>&1 | grep -aE "flashAttentionVarlen|paged|TFLOP" | sed "s/^/$v: /" >> "$OUT/c58/sm80-varlen.log"
+      done
+      rm -f "$OUT/v.node"; log "sm80 path read"
+    fi
+    for n in 549 1102 3808 1999 3139; do
+      [ $(( ${YEND:-560} - $(el) )) -lt 90 ] && break
+      FUZZ_SEED=57002 FUZZ_CASE=$n timeout 80 compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/fuzz-api.mjs \
+        > "$OUT/c58/memcheck-$n.log" 2>&1
+      log "memcheck case $n rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c58/memcheck-$n.log" | tail -1)"
+    done
+    left=$(( ${YEND:-560} - 20 - $(el) ))
+    if [ $left -gt 30 ]; then fuzz_timed "$OUT/c58/fuzz-${FZ_SEED:-58001}.log" ${FZ_SEED:-58001} $left; else log "no time left for the fuzz"; fi
+    pack_case c58 ;;
   cs)
     # fifty-seventh session: the fp16 / bf16 softcap's tanh at fp32 accuracy (bench/patches/fp16-softcap-poly.patch:
     # softcap_scores / tanh_fast_exact, and the new test cases). Run it in a tree with the patch applied (`git apply`),
