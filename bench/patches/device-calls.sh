@@ -452,7 +452,7 @@ case "${1:-w}" in
     FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
       test/cuda/fuzz-regressions.test.ts -t 'softcap=(30000|12000|3000|5000|4) |once failed|seed 57002' > "$OUT/c58/new-cases.log" 2>&1
     log_tests $? "$OUT/c58/new-cases.log"
-    for i in 1 2 3; do
+    for i in $(seq 1 ${TICKS:-3}); do
       FA_REQUIRE_GPU=1 timeout 60 npx vitest run test/cuda/stream.test.ts -t 'JS thread keeps running' >> "$OUT/c58/stream-ticks.log" 2>&1
       echo "stream run $i rc=$?" >> "$OUT/c58/stream-ticks.log"
     done
