@@ -440,6 +440,28 @@ case "${1:-w}" in
     left=$(( ${YEND:-300} - 100 - $(el) ))
     if [ $left -gt 20 ]; then fuzz_timed "$OUT/cl/fuzz-57005.log" 57005 $left; else log "no time left for the fuzz"; fi
     pack_case cl ;;
+  c58s)
+    # fifty-eighth session, the short form of c58 (a call of ~250 s): the new cases and the once-failing fuzz cases,
+    # then every GPU test with a softcap in its name (the kernels changed only there), the softcap's cost on both
+    # builds, memcheck on fuzz calls until YEND
+    HB=cs58; need .devbin/cs58/addon.xz; need .devbin/fix56/addon.xz
+    use_addon cs58
+    mkdir -p "$OUT/c58s"
+    FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+      test/cuda/fuzz-regressions.test.ts -t 'softcap=(30000|12000|3000|5000|4) |once failed|seed 57002' > "$OUT/c58s/new-cases.log" 2>&1
+    log_tests $? "$OUT/c58s/new-cases.log"
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-250} - 70 - $(el) )) npx vitest run test/cuda --exclude test/cuda/stream.test.ts \
+      --exclude test/cuda/tensor.test.ts -t 'softcap' > "$OUT/c58s/softcap-tests.log" 2>&1
+    log_tests $? "$OUT/c58s/softcap-tests.log"
+    export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
+    [ $(( ${YEND:-250} - $(el) )) -gt 45 ] && softcap_ab c58s fix56 1
+    for n in 3808 1102 549; do
+      [ $(( ${YEND:-250} - $(el) )) -lt 40 ] && break
+      FUZZ_SEED=57002 FUZZ_CASE=$n timeout $(( ${YEND:-250} - 10 - $(el) )) compute-sanitizer --tool memcheck --error-exitcode 9 \
+        node scripts/fuzz-api.mjs > "$OUT/c58s/memcheck-$n.log" 2>&1
+      log "memcheck case $n rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c58s/memcheck-$n.log" | tail -1)"
+    done
+    pack_case c58s ;;
   c58)
     # fifty-eighth session: the softcap fix as it lands (.devbin/cs58 = this tree's 90a build; .devbin/fix56 = b5afb2b's,
     # main's kernels before it): the large-softcap cases and the fuzz's once-failing cases (fuzz-regressions.test.ts),
