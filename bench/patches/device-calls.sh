@@ -6,6 +6,11 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Fifty-eighth session: cs on an H100 (the patch's first form: 22 / 22 new cases, 11 of the 14 original fuzz calls fixed,
+# the forward with softcap 30 9-18% faster). NEXT: `git apply bench/patches/fp16-softcap-poly.patch` (its third form),
+# build 90a (check: no C7511 in the build log), xz the addon into .devbin/cs58, `npm run build:ts`, then `YEND=560
+# ST=300 ... c58` (c58s if short), carry [".gpu", "dist", ".devbin/fix56", ".devbin/cs58"]; land it if its cases pass,
+# the suite is green and the A/B without softcap is neutral (NOTES-fwd.md, fifty-eighth session, for what is open).
 # Fifty-seventh session: gf on an H100 (the GPU suite on fix56: 1453 + 27 passed; the fuzz with softcaps up to 1e4, seed
 # 57002: 17 fp16 / bf16 lse failures, the softcap's tanh). NEXT: `git apply bench/patches/fp16-softcap-poly.patch`, build
 # 90a, xz the addon into .devbin/cs57, then `YEND=560 ST=190 ... cs` (cl if the call must be short); land the patch if
