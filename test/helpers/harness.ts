@@ -80,6 +80,10 @@ export interface AttnCase {
   window?: readonly [number, number];
   /** options.softcap */
   softcap?: number;
+  /** float16 / bfloat16: lse held to the fp32 rule as well (the black-box fuzz's, scripts/fuzz-api.mjs): at most
+   * 4 eps32 (A + max|lse| + 1) + 1e-6, A = |scale| max|q| max|k| (+ 2 min(A, softcap) under a softcap). lse is float32
+   * whatever the inputs; the default bound, 1e-4 (1 + max|lse|), lets a cancelling tanh through. */
+  lseFp32Rule?: boolean;
 }
 
 export function dimsOf(c: AttnCase): AttnDims {
@@ -301,6 +305,17 @@ export function checkLse(ck: Checker, dtype: DType, got: ArrayLike<number>, ref:
   }
 }
 
+/** The fp32 rule for a float16 / bfloat16 call's lse (AttnCase.lseFp32Rule). */
+export function checkLseFp32Rule(ck: Checker, c: AttnCase, got: ArrayLike<number>, ref: ArrayLike<number>,
+  q: ArrayLike<number>, k: ArrayLike<number>): void {
+  const scale = Math.abs(c.scale ?? 1 / Math.sqrt(c.D));
+  const a0 = scale * maxAbs(q) * maxAbs(k);
+  const A = a0 + (c.softcap ? 2 * Math.min(a0, c.softcap) : 0);
+  const eps32 = 2 ** -23;
+  ck.le(`lse max abs error (fp32 rule: 4 eps32 (A ${fmt(A)} + max|lse| + 1) + 1e-6)`, maxAbsErr(got, ref),
+    4 * eps32 * (A + maxAbs(ref) + 1) + 1e-6);
+}
+
 /** Rows that see no key: out row exactly 0 and lse exactly +Infinity (and the same for dq, D). */
 export function checkMaskedRows(
   ck: Checker,
@@ -397,6 +412,7 @@ export async function checkForwardCase(c: AttnCase, device: Device = 'cpu'): Pro
         const naive = naiveLowp(q.values, k.values, v.values, null, d, c.dtype);
         checkLowp(ck, 'out', c.dtype, out, ref.out, naive.out);
         checkLse(ck, c.dtype, lse, ref.lse, naive.lse);
+        if (c.lseFp32Rule) checkLseFp32Rule(ck, c, lse, ref.lse, q.values, k.values);
       }
       await checkUnchanged(ck, 'q', qt, q.values);
       await checkUnchanged(ck, 'k', kt, k.values);
