@@ -155,6 +155,23 @@ softcap_new_cases() {
     log_tests $? "$OUT/$1/new-cases-$v.log"
   done
 }
+# the fifty-eighth session's checks of the softcap patch on this tree's addon ($HB), logs in $OUT/$1.
+# patch58_cases <dir> <s>: its new cases and fuzz-regressions.test.ts within <s> s (new-cases.log).
+# patch58_memcheck <dir> "<cases>" [<s>]: memcheck on those seed-57002 fuzz calls while <s> s (default 90) are left to YEND.
+patch58_cases() {
+  FA_REQUIRE_GPU=1 timeout $2 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
+    test/cuda/fuzz-regressions.test.ts -t 'softcap=(30000|12000|3000|5000|4) |once failed|seed 57002' > "$OUT/$1/new-cases.log" 2>&1
+  log_tests $? "$OUT/$1/new-cases.log"
+}
+patch58_memcheck() {
+  local n
+  for n in $2; do
+    [ $(( ${YEND:-560} - $(el) )) -lt ${3:-90} ] && break
+    FUZZ_SEED=57002 FUZZ_CASE=$n timeout $(( ${YEND:-560} - 10 - $(el) )) compute-sanitizer --tool memcheck --error-exitcode 9 \
+      node scripts/fuzz-api.mjs > "$OUT/$1/memcheck-$n.log" 2>&1
+    log "memcheck case $n rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/$1/memcheck-$n.log" | tail -1)"
+  done
+}
 # the seventeen failures of the fuzz's seed 57002 rerun on this tree's addon, into $OUT/$1/fuzz-reruns.log
 softcap_reruns() {
   local n
@@ -452,20 +469,13 @@ case "${1:-w}" in
     HB=cs58; need .devbin/cs58/addon.xz; need .devbin/fix56/addon.xz
     use_addon cs58
     mkdir -p "$OUT/c58s"
-    FA_REQUIRE_GPU=1 timeout 120 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
-      test/cuda/fuzz-regressions.test.ts -t 'softcap=(30000|12000|3000|5000|4) |once failed|seed 57002' > "$OUT/c58s/new-cases.log" 2>&1
-    log_tests $? "$OUT/c58s/new-cases.log"
+    patch58_cases c58s 120
     FA_REQUIRE_GPU=1 timeout $(( ${YEND:-250} - 70 - $(el) )) npx vitest run test/cuda --exclude test/cuda/stream.test.ts \
       --exclude test/cuda/tensor.test.ts -t 'softcap' > "$OUT/c58s/softcap-tests.log" 2>&1
     log_tests $? "$OUT/c58s/softcap-tests.log"
     export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
     [ $(( ${YEND:-250} - $(el) )) -gt 45 ] && softcap_ab c58s fix56 1
-    for n in 3808 1102 549; do
-      [ $(( ${YEND:-250} - $(el) )) -lt 40 ] && break
-      FUZZ_SEED=57002 FUZZ_CASE=$n timeout $(( ${YEND:-250} - 10 - $(el) )) compute-sanitizer --tool memcheck --error-exitcode 9 \
-        node scripts/fuzz-api.mjs > "$OUT/c58s/memcheck-$n.log" 2>&1
-      log "memcheck case $n rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c58s/memcheck-$n.log" | tail -1)"
-    done
+    YEND=${YEND:-250} patch58_memcheck c58s "3808 1102 549" 40
     pack_case c58s ;;
   c58)
     # fifty-eighth session: the softcap fix as it lands (.devbin/cs58 = this tree's 90a build; .devbin/fix56 = b5afb2b's,
@@ -476,9 +486,7 @@ case "${1:-w}" in
     HB=cs58; need .devbin/cs58/addon.xz; need .devbin/fix56/addon.xz
     use_addon cs58
     mkdir -p "$OUT/c58"
-    FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/forward.test.ts test/cuda/backward.test.ts test/cuda/inference.test.ts \
-      test/cuda/fuzz-regressions.test.ts -t 'softcap=(30000|12000|3000|5000|4) |once failed|seed 57002' > "$OUT/c58/new-cases.log" 2>&1
-    log_tests $? "$OUT/c58/new-cases.log"
+    patch58_cases c58 150
     for i in $(seq 1 ${TICKS:-3}); do
       FA_REQUIRE_GPU=1 timeout 60 npx vitest run test/cuda/stream.test.ts -t 'JS thread keeps running' >> "$OUT/c58/stream-ticks.log" 2>&1
       echo "stream run $i rc=$?" >> "$OUT/c58/stream-ticks.log"
@@ -488,8 +496,8 @@ case "${1:-w}" in
     log "suite stream ticks: $(grep -ao 'stream: [0-9]* event-loop turns.*' "$OUT/c58/gpu-tests.log" | cut -c1-60)"
     export SOFTCAP_DTYPE=float16 SOFTCAP_CAPS=30,4
     softcap_ab c58 fix56 1
-    # the mma.sync kernels (FA_NO_WGMMA=1; sm80's path), whose D 128 paged kernel spills 88 bytes here against 8 on main
-    # (the per-score fallback): the softcap's cost, then the varlen bench's packed and paged calls, on both builds
+    # the mma.sync kernels (FA_NO_WGMMA=1; sm80's path), whose registers the patch's forms moved (NOTES-fwd.md,
+    # fifty-eighth session): the softcap's cost, then the varlen bench's packed and paged calls, on both builds
     if [ $(( ${YEND:-560} - $(el) )) -gt 200 ]; then
       mkdir -p "$OUT/c58/sm80"; FA_NO_WGMMA=1 softcap_ab c58/sm80 fix56 1
       for v in fix56 cs58; do
@@ -499,12 +507,7 @@ case "${1:-w}" in
       done
       rm -f "$OUT/v.node"; log "sm80 path read"
     fi
-    for n in 549 1102 3808 1999 3139; do
-      [ $(( ${YEND:-560} - $(el) )) -lt 90 ] && break
-      FUZZ_SEED=57002 FUZZ_CASE=$n timeout 80 compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/fuzz-api.mjs \
-        > "$OUT/c58/memcheck-$n.log" 2>&1
-      log "memcheck case $n rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c58/memcheck-$n.log" | tail -1)"
-    done
+    patch58_memcheck c58 "549 1102 3808 1999 3139" 90
     left=$(( ${YEND:-560} - 20 - $(el) ))
     if [ $left -gt 30 ]; then fuzz_timed "$OUT/c58/fuzz-${FZ_SEED:-58001}.log" ${FZ_SEED:-58001} $left; else log "no time left for the fuzz"; fi
     pack_case c58 ;;
