@@ -311,9 +311,8 @@ export function checkLseFp32Rule(ck: Checker, c: AttnCase, got: ArrayLike<number
   const scale = Math.abs(c.scale ?? 1 / Math.sqrt(c.D));
   const a0 = scale * maxAbs(q) * maxAbs(k);
   const A = a0 + (c.softcap ? 2 * Math.min(a0, c.softcap) : 0);
-  const eps32 = 2 ** -23;
   ck.le(`lse max abs error (fp32 rule: 4 eps32 (A ${fmt(A)} + max|lse| + 1) + 1e-6)`, maxAbsErr(got, ref),
-    4 * eps32 * (A + maxAbs(ref) + 1) + 1e-6);
+    4 * pow2(-23) * (A + maxAbs(ref) + 1) + 1e-6);
 }
 
 /** Rows that see no key: out row exactly 0 and lse exactly +Infinity (and the same for dq, D). */
