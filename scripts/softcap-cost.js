@@ -1,5 +1,5 @@
-// The fp32 path's softcap cost: kernel time (CUDA events, median of 30 after 5 warm-up launches) of the fp32 forward and
-// backward with and without a softcap, on the addon this process loads (FA_ADDON_PATH picks another build, so two runs
+// The softcap's cost: kernel time (CUDA events, median of 30 after 5 warm-up launches) of the forward and backward
+// (fp32 unless SOFTCAP_DTYPE says otherwise) with and without a softcap, on the addon this process loads (FA_ADDON_PATH picks another build, so two runs
 // compare two builds). One line per cell: "fwd|bwd D N causal: plain X ms, softcap Y ms (Y/X)".
 // SOFTCAP_DTYPE (default float32) times the fp16 / bf16 kernels instead; SOFTCAP_CAPS (default 30) the softcaps, comma
 // separated (at 30 every tile of these N(0, 1) inputs takes the polynomial; at 4 most take the per-score form).

@@ -125,7 +125,7 @@ bwd_turns() {
     bash scripts/gpu-run.sh turns > "$OUT/$1/turns-step.log" 2>&1
   log "turns rc=$? $(grep -c 'ours / cuDNN' "$OUT/$1/turns.log") rows"
 }
-# the fp32 softcap's cost (scripts/softcap-cost.js) on the build .devbin/$2 and on this tree's addon ($HB), two passes
+# the softcap's cost (scripts/softcap-cost.js; SOFTCAP_DTYPE / SOFTCAP_CAPS pass through) on the build .devbin/$2 and on this tree's addon ($HB), two passes
 # of each when $3 = 2, into $OUT/$1/softcap.log
 softcap_ab() {
   local pass
