@@ -1,6 +1,7 @@
 // The softcap's cost: kernel time (CUDA events, median of 30 after 5 warm-up launches) of the forward and backward
-// (fp32 unless SOFTCAP_DTYPE says otherwise) with and without a softcap, on the addon this process loads (FA_ADDON_PATH picks another build, so two runs
-// compare two builds). One line per cell: "fwd|bwd D N causal: plain X ms, softcap Y ms (Y/X)".
+// (fp32 unless SOFTCAP_DTYPE says otherwise) with and without a softcap, on the addon this process loads (FA_ADDON_PATH
+// picks another build, so two runs compare two builds). One line per cell and softcap:
+// "fwd|bwd dtype D B N causal: plain X ms, softcap C Y ms (Y/X)".
 // SOFTCAP_DTYPE (default float32) times the fp16 / bf16 kernels instead; SOFTCAP_CAPS (default 30) the softcaps, comma
 // separated (at 30 every tile of these N(0, 1) inputs takes the polynomial; at 4 most take the per-score form).
 // Usage: FA_ADDON_PATH=build/Release/flash_attention_node.node node scripts/softcap-cost.js
