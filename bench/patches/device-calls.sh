@@ -463,6 +463,19 @@ case "${1:-w}" in
     left=$(( ${YEND:-300} - 100 - $(el) ))
     if [ $left -gt 20 ]; then fuzz_timed "$OUT/cl/fuzz-57005.log" 57005 $left; else log "no time left for the fuzz"; fi
     pack_case cl ;;
+  c59)
+    # fifty-ninth session, the shortest form (~200 s, for a session whose device time ran low): the new cases and the
+    # once-failing fuzz cases, the three reruns, then the forward / inference tests with causal or window masks (the
+    # fourth form changed the Hopper forward's trimmed first block) until YEND
+    HB=cs58; need .devbin/cs58/addon.xz
+    use_addon cs58
+    mkdir -p "$OUT/c59"
+    patch58_cases c59 100
+    softcap_reruns c59 "1102 5164 3808"
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-200} - 15 - $(el) )) npx vitest run test/cuda/forward.test.ts test/cuda/inference.test.ts \
+      -t 'causal|window' > "$OUT/c59/causal-tests.log" 2>&1
+    log_tests $? "$OUT/c59/causal-tests.log"
+    pack_case c59 ;;
   c58s)
     # fifty-eighth session, the short form of c58 (a call of ~250 s): the new cases and the once-failing fuzz cases,
     # then every GPU test with a softcap in its name (the kernels changed only there), the softcap's cost on both
