@@ -319,17 +319,24 @@ describeGpu('CUDA stream-ordered execution', () => {
       if (!stop) setImmediate(spin);
     };
     setImmediate(spin);
-    const rs = [];
-    for (let i = 0; i < 6; i++) rs.push(await flashAttention(q, q, q, { causal: true }));
+    // 24 calls (~0.3 ms each on an H100): the queue must outlast an event-loop turn by a wide margin on
+    // any card. With 6 an H100 once read ticks = 1 (fifty-eighth session): the work may simply have been
+    // done by the time the read was issued; a read that blocked the JS thread would read 1 here too.
+    const calls = 24;
+    let last = await flashAttention(q, q, q, { causal: true });
+    for (let i = 1; i < calls; i++) {
+      const r = await flashAttention(q, q, q, { causal: true });
+      disposeAll(last.out, last.lse);  // stream-ordered frees: the next call may reuse the memory
+      last = r;
+    }
     const t0 = performance.now();
-    const big = await rs[5].out.toFloat32Array();  // 32 MiB: the snapshot path
+    const big = await last.out.toFloat32Array();  // 32 MiB: the snapshot path
     stop = true;
-    console.log(`stream: ${ticks} event-loop turns while 6 calls and a 32 MiB read completed (the read ${(performance.now() - t0).toFixed(1)} ms)`);
+    console.log(`stream: ${ticks} event-loop turns while ${calls} calls and a 32 MiB read completed (the read ${(performance.now() - t0).toFixed(1)} ms)`);
     expect(big.length).toBe(8192 * 16 * 128);
     expect(big.every(Number.isFinite)).toBe(true);
     expect(ticks).toBeGreaterThan(1);
-    for (const r of rs) disposeAll(r.out, r.lse);
-    disposeAll(q);
+    disposeAll(last.out, last.lse, q);
   });
 
   // The launcher thread (csrc/binding/context.h) issues queued launches in call order, interleaved
