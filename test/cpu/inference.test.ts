@@ -76,6 +76,11 @@ describe('CPU: long keys with few tasks (a decode step split over the keys, then
     // fp32 with pages of at least a key tile: tiles read in place end at page boundaries.
     { seed: 7624, before: [3000, 2100], fresh: [1, 2], pageSize: 128, H: 4, Hkv: 2, D: 64, dtype: 'float32', causal: true },
     { seed: 7625, before: [2500], fresh: [1], pageSize: 96, H: 2, Hkv: 1, D: 32, dtype: 'float32', window: [1800, 0], numSplits: 5 },
+    // softcaps far above the scores, lse held to the fp32 rule (lseFp32Rule; the GPU twins: test/cuda/inference.test.ts)
+    { seed: 7626, before: [2000, 700], fresh: [1, 1], pageSize: 16, H: 8, Hkv: 2, D: 64, dtype: 'float16', softcap: 3e4,
+      numSplits: 4, lseFp32Rule: true },
+    { seed: 7627, before: [300], fresh: [60], pageSize: 16, H: 4, Hkv: 2, D: 64, dtype: 'bfloat16', causal: true, softcap: 12000,
+      lseFp32Rule: true },
   ];
   for (const c of split) it(`paged numSplits ${c.numSplits}: ${pagedName(c)}`, () => checkPagedCase(c, 'cpu'));
   for (const c of pagedCases(7605, 12, { maxBefore: 5000, maxFresh: 3, Ds: [16, 40, 64], maxB: 2, gpu: false, pageSizes: [1, 7, 16] })) {

@@ -6,7 +6,7 @@
 import {
   Tensor, appendKV, flashAttentionVarlen, flashAttentionVarlenBackward, mergeAttention, pagedAttention,
 } from '../../lib/index';
-import { Checker, type Device, checkFp32, checkLowp, checkLse, onDevice } from './harness';
+import { type AttnCase, Checker, type Device, checkFp32, checkLowp, checkLse, checkLseFp32Rule, onDevice } from './harness';
 import {
   type AttnDims, type DType, Rng, buildTensor, defaultScale, disposeAll, fmt, maxAbsErr, naiveLowp, refBackward,
   refForward, roundArray, toF64, unitRoundoff, visibleKeys,
@@ -208,6 +208,8 @@ export interface PagedCase extends MaskSpec {
   deviceIndex?: boolean;
   /** extra unused pages in the cache (filled with NaN: reading one shows) */
   spare?: number;
+  /** float16 / bfloat16: lse also held to the fp32 rule (AttnCase.lseFp32Rule, checkLseFp32Rule); not with rotary */
+  lseFp32Rule?: boolean;
 }
 
 export function pagedName(c: PagedCase): string {
@@ -408,6 +410,15 @@ export async function checkPagedCase(c: PagedCase, device: Device): Promise<void
       // rounding on top of the 2x-naive rule (the floor already covers it).
       checkLowp(ck, 'out', dtype, out, refO, nvO);
       checkLse(ck, dtype, lse, refL, nvL);
+      if (c.lseFp32Rule) {
+        // (not with rotary: the library and the reference each round the rotated q to the dtype, at times one unit
+        // apart, which moves lse by far more than the fp32 rule allows)
+        if (c.rotary) throw new Error('lseFp32Rule: not for a case with rotary');
+        let mk = 0, mq = 0;
+        for (const kb of keys) for (let i = 0; i < kb.length; i++) mk = Math.max(mk, Math.abs(kb[i]));
+        for (let i = 0; i < q.values.length; i++) mq = Math.max(mq, Math.abs(q.values[i]));
+        checkLseFp32Rule(ck, { D, scale: c.scale, softcap: c.softcap } as AttnCase, lse, refL, [mq], [mk]);
+      }
     }
   } finally {
     disposeAll(...toDispose);
