@@ -306,8 +306,8 @@ export function checkLse(ck: Checker, dtype: DType, got: ArrayLike<number>, ref:
 }
 
 /** The fp32 rule for a float16 / bfloat16 call's lse (AttnCase.lseFp32Rule). */
-export function checkLseFp32Rule(ck: Checker, c: AttnCase, got: ArrayLike<number>, ref: ArrayLike<number>,
-  q: ArrayLike<number>, k: ArrayLike<number>): void {
+export function checkLseFp32Rule(ck: Checker, c: Pick<AttnCase, 'D' | 'scale' | 'softcap'>, got: ArrayLike<number>,
+  ref: ArrayLike<number>, q: ArrayLike<number>, k: ArrayLike<number>): void {
   const scale = Math.abs(c.scale ?? 1 / Math.sqrt(c.D));
   const a0 = scale * maxAbs(q) * maxAbs(k);
   const A = a0 + (c.softcap ? 2 * Math.min(a0, c.softcap) : 0);

@@ -6,9 +6,9 @@
 import {
   Tensor, appendKV, flashAttentionVarlen, flashAttentionVarlenBackward, mergeAttention, pagedAttention,
 } from '../../lib/index';
-import { type AttnCase, Checker, type Device, checkFp32, checkLowp, checkLse, checkLseFp32Rule, onDevice } from './harness';
+import { Checker, type Device, checkFp32, checkLowp, checkLse, checkLseFp32Rule, onDevice } from './harness';
 import {
-  type AttnDims, type DType, Rng, buildTensor, defaultScale, disposeAll, fmt, maxAbsErr, naiveLowp, refBackward,
+  type AttnDims, type DType, Rng, buildTensor, defaultScale, disposeAll, fmt, maxAbs, maxAbsErr, naiveLowp, refBackward,
   refForward, roundArray, toF64, unitRoundoff, visibleKeys,
 } from './reference';
 
@@ -414,10 +414,7 @@ export async function checkPagedCase(c: PagedCase, device: Device): Promise<void
         // (not with rotary: the library and the reference each round the rotated q to the dtype, at times one unit
         // apart, which moves lse by far more than the fp32 rule allows)
         if (c.rotary) throw new Error('lseFp32Rule: not for a case with rotary');
-        let mk = 0, mq = 0;
-        for (const kb of keys) for (let i = 0; i < kb.length; i++) mk = Math.max(mk, Math.abs(kb[i]));
-        for (let i = 0; i < q.values.length; i++) mq = Math.max(mq, Math.abs(q.values[i]));
-        checkLseFp32Rule(ck, { D, scale: c.scale, softcap: c.softcap } as AttnCase, lse, refL, [mq], [mk]);
+        checkLseFp32Rule(ck, c, lse, refL, q.values, [Math.max(0, ...keys.map(maxAbs))]);
       }
     }
   } finally {
