@@ -6,6 +6,7 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Sixtieth session: no call ran either (twenty requests, no machine). NEXT: unchanged, the fifty-ninth session's below.
 # Fifty-ninth session: no call ran (every request got no machine; the budget went to failed starts). NEXT: as below, with
 # the patch's fourth form (the vote leaves the trimmed half out; .devbin/cs58 holds its 90a build where the checkout
 # persisted): `git apply bench/patches/fp16-softcap-poly.patch`, build 90a (no C7511), xz into .devbin/cs58, `npm run
