@@ -6,6 +6,7 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Sixty-first session: c58 ran on an H100 (the fourth form landed); NEXT: c61 (the follow-ups), then pt / hp on the H200.
 # Sixtieth session: no call ran either (twenty requests, no machine). NEXT: unchanged, the fifty-ninth session's below.
 # Fifty-ninth session: no call ran (every request got no machine; the budget went to failed starts). NEXT: as below, with
 # the patch's fourth form (the vote leaves the trimmed half out; .devbin/cs58 holds its 90a build where the checkout
@@ -487,6 +488,42 @@ case "${1:-w}" in
     [ $(( ${YEND:-250} - $(el) )) -gt 45 ] && softcap_ab c58s fix56 1
     YEND=${YEND:-250} patch58_memcheck c58s "3808 1102 549" 40
     pack_case c58s ;;
+  c61)
+    # sixty-first session: the softcap fix's follow-ups (.devbin/cs61 = this tree's 90a build; .devbin/cs58 = the
+    # landed fourth form's): K's tail rows past a sequence's end zeroed in shared memory (the decode kernel's tensor-map
+    # tiles always; the Hopper paged kernel's first key block under a softcap, one more barrier of all consumers), and
+    # the fp32 backward's 1 - tanh^2 as u (2 - u). The fuzz calls they answer (seed 58001: 151, 432, 1404; seed
+    # 57002: 3808), the softcap cases and fuzz-regressions.test.ts, memcheck on those four, racecheck on 432, the
+    # paged softcap cost and the fp32 softcap cost against cs58, the GPU suite (ST s), a fresh fuzz seed until YEND
+    HB=cs61; need .devbin/cs61/addon.xz; need .devbin/cs58/addon.xz
+    use_addon cs61
+    mkdir -p "$OUT/c61"
+    for sc in 58001:151 58001:432 58001:1404 57002:3808; do
+      FUZZ_SEED=${sc%:*} FUZZ_CASE=${sc#*:} timeout 60 node scripts/fuzz-api.mjs >> "$OUT/c61/fuzz-reruns.log" 2>&1
+      echo "case $sc rc=$?" >> "$OUT/c61/fuzz-reruns.log"
+    done
+    log "fuzz reruns: $(grep -a '^case' "$OUT/c61/fuzz-reruns.log" | tr '\n' ' ')"
+    patch58_cases c61 120
+    for sc in 58001:432 58001:1404 57002:3808 58001:151; do
+      FUZZ_SEED=${sc%:*} FUZZ_CASE=${sc#*:} timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        node scripts/fuzz-api.mjs > "$OUT/c61/memcheck-${sc#*:}.log" 2>&1
+      log "memcheck case $sc rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c61/memcheck-${sc#*:}.log" | tail -1)"
+    done
+    FUZZ_SEED=58001 FUZZ_CASE=432 timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      node scripts/fuzz-api.mjs > "$OUT/c61/racecheck-432.log" 2>&1
+    log "racecheck case 432 rc=$? $(grep -a 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT/c61/racecheck-432.log" | tail -1)"
+    xz -dc .devbin/cs58/addon.xz > "$OUT/prev.node"
+    for pass in 1 2; do
+      FA_ADDON_PATH="$OUT/prev.node" timeout 120 node scripts/softcap-paged-cost.js 2>&1 | sed "s/^/cs58 $pass: /" >> "$OUT/c61/paged-softcap.log"
+      timeout 120 node scripts/softcap-paged-cost.js 2>&1 | sed "s/^/cs61 $pass: /" >> "$OUT/c61/paged-softcap.log"
+    done
+    rm -f "$OUT/prev.node"; log "paged softcap cost done"
+    SOFTCAP_DTYPE=float32 SOFTCAP_CAPS=30,0.5 softcap_ab c61 cs58 1
+    gpu_suite c61 ${ST:-280}
+    log "suite stream ticks: $(grep -ao 'stream: [0-9]* event-loop turns.*' "$OUT/c61/gpu-tests.log" | cut -c1-60)"
+    left=$(( ${YEND:-540} - 20 - $(el) ))
+    if [ $left -gt 30 ]; then fuzz_timed "$OUT/c61/fuzz-${FZ_SEED:-61001}.log" ${FZ_SEED:-61001} $left; else log "no time left for the fuzz"; fi
+    pack_case c61 ;;
   c58)
     # fifty-eighth session: the softcap fix as it lands (.devbin/cs58 = this tree's 90a build; .devbin/fix56 = b5afb2b's,
     # main's kernels before it): the large-softcap cases and the fuzz's once-failing cases (fuzz-regressions.test.ts),

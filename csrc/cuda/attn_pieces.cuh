@@ -182,6 +182,40 @@ __device__ __forceinline__ float softcap_tanh(float x) {
   if constexpr (kPrecise) return tanh_precise(x);
   else return tanh_fast(x);
 }
+// The softcap over a thread's kN scores of one tile, s -> cap * tanh(s * sc), in every forward kernel. One warp vote:
+// where every raw score of the warp's tile is below kTanhPolyMax / |sc|, the polynomial for all of them (fp32-accurate,
+// on the FMA pipe, no MUFU beside the softmax's exponentials); else softcap_tanh per score. sc = scale / softcap
+// carries the scale's sign: |sc| (a negative scale once took the polynomial everywhere, fifty-sixth session); NaN
+// scores do not move the vote and stay NaN. tanh_fast alone was not enough for the fp16 / bf16 kernels: 1 - 2 / (e^2x
+// + 1) cancels for small |x| to an absolute error of ~1e-7, which the softcap multiplies (softcap 5000: lse off by up
+// to 9e-4, 100x a naive fp32 softmax; a GPU fuzz with softcaps up to 1e4, fifty-seventh session).
+// lower_only: the vote reads s[0, kN / 2) alone: the fragment's lower half of keys where it is one m-tile (wgmma's
+// accumulator, 4 floats per 8 keys: s[4j + e] is key 8j + 2t + (e & 1)). Used for the Hopper forward's first key block where its S was trimmed to the
+// lower 64 keys: the upper half's registers are unset, and the mask removes those keys whatever they hold).
+// What the vote leaves: it is per warp, and it reads every other score of the tile, the ones the mask removes
+// afterwards included. A large score anywhere in the warp's tile (another row's, a key past a sequence's end in a
+// page, which holds whatever the page holds) sends every row to softcap_tanh, and rows whose own scores are small keep
+// tanh_fast's error (main's behaviour before the vote, everywhere). Tried and dropped in the fifty-eighth session,
+// each for making ptxas serialize the Hopper forward's wgmmas (C7511, every call paying): both forms per score where
+// the vote fails; one choice per row; the rows' key bounds live across the modifier (to leave masked keys out of the
+// vote); zeroing the masked keys before the vote (the paged D 128 kernel); setting the trimmed half to 0 (the grouped
+// paged D 128 kernels).
+template <bool kPrecise, int kN>
+__device__ __forceinline__ void softcap_scores(float* s, float cap, float sc, bool lower_only = false) {
+  float amax = 0.f, amax_hi = 0.f;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) amax = fmaxf(amax, fabsf(s[i]));
+#pragma unroll
+  for (int i = kN / 2; i < kN; ++i) amax_hi = fmaxf(amax_hi, fabsf(s[i]));
+  if (!lower_only) amax = fmaxf(amax, amax_hi);
+  if (__all_sync(0xffffffffu, amax * fabsf(sc) < kTanhPolyMax)) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) s[i] = cap * tanh_poly(s[i] * sc);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) s[i] = cap * softcap_tanh<kPrecise>(s[i] * sc);
+  }
+}
 
 }  // namespace cuda
 }  // namespace fa

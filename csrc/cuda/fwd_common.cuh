@@ -229,41 +229,17 @@ __device__ __forceinline__ int score_mod_of(const FwdArgs& a) {
 }
 template <int kBlockN, bool kPrecise, int kMT, int kNT>
 __device__ __forceinline__ void score_mod_and_mask_at(float (&s)[kMT][kNT][4], const FwdArgs& a, const KeyWindow& w,
-                                                      int n, int mod, bool masked, int row_base, int t) {
+                                                      int n, int mod, bool masked, int row_base, int t,
+                                                      bool vote_lower_only = false) {
   if (mod == kScoreSoftcap) {
-    const float cap = a.softcap, sc = a.softcap_scale;
-    bool poly = false;
-    if constexpr (kPrecise) {
-      // fp32: the polynomial for the whole tile where every raw score of the warp's tile is below
-      // kTanhPolyMax / |sc| (NaN scores stay NaN either way), else libdevice's tanhf per score. sc carries
-      // the sign of the scale, which may be negative: |sc|, or every tile of a negative scale took the
-      // polynomial far outside its range (a GPU fuzz found it, fifty-sixth session). The branch
-      // is around whole loops: a per-score select ran both forms (fwd-softcap-poly.patch, 1.36-1.44x the
-      // time without softcap at D 64 against 1.14-1.24x for tanhf alone, H100, fifty-third session); this
-      // form 1.09-1.14x at D 64, 1.04-1.06x at D 128 (against 1.15-1.17x / 1.07-1.10x for tanhf in the
-      // same run, H100, fifty-fourth session).
-      float amax = 0.f;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) amax = fmaxf(amax, fabsf(s[mt][nt][e]));
-      poly = __all_sync(0xffffffffu, amax * fabsf(sc) < kTanhPolyMax);
-    }
-    // s = cap * tanh(s * sc) over the fragment, one loop per tanh form
-    auto cap_all = [&](auto tanh_of) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = cap * tanh_of(s[mt][nt][e] * sc);
-    };
-    if (poly)
-      cap_all([](float x) { return tanh_poly(x); });
-    else
-      cap_all([](float x) { return softcap_tanh<kPrecise>(x); });
+    // the polynomial for the whole tile where its scores are in range, else the per-score form (softcap_scores). The
+    // branch is around whole loops: a per-score select ran both forms (fwd-softcap-poly.patch, fp32: 1.36-1.44x the
+    // time without softcap at D 64 against 1.14-1.24x for tanhf alone, H100, fifty-third session); this form, fp32,
+    // 1.09-1.14x at D 64, 1.04-1.06x at D 128 (against 1.15-1.17x / 1.07-1.10x for tanhf in the same run, H100,
+    // fifty-fourth session). The fp16 / bf16 kernels take it too since the fifty-seventh session.
+    // vote_lower_only: the upper half of the keys out of the vote (softcap_scores' lower_only), which is s[0, kN / 2)
+    // only for a fragment of one m-tile (the Hopper forward's); ignored for any other.
+    softcap_scores<kPrecise, kMT * kNT * 4>(&s[0][0][0], a.softcap, a.softcap_scale, kMT == 1 && vote_lower_only);
   } else if (mod == kScoreNegate) {
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)

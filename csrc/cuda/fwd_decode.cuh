@@ -632,10 +632,7 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     }
     // Score modifier, then the mask (keys past the sequence, causal / window per token).
     if (a.softcap > 0.f) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[0][nt][e] = a.softcap * tanh_fast(s[0][nt][e] * a.softcap_scale);
+      softcap_scores<false, 8>(&s[0][0][0], a.softcap, a.softcap_scale);
     } else if (a.negate_s) {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)

@@ -653,8 +653,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     int free_first, free_last;
     win.unmasked_blocks(BN, row0 + cw * 64, row0 + cw * 64 + 63, &free_first, &free_last);
     const int smod = score_mod_of(a);
-    auto mask_and_softmax = [&](int nb) {
-      score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t);
+    auto mask_and_softmax = [&](int nb, bool vote_lower_only) {
+      score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t,
+                                       vote_lower_only);
       online_softmax_step(s, row_max, row_sum, alpha, sl2);
     };
 
@@ -759,7 +760,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // The first key block's S where the warpgroup's rows see little of it (win.hi of its last row:
     // one past the last key they see): with 128-key blocks, none of the upper half (warpgroup 0 on
     // the causal diagonal) -> the lower half only; with 64 / 80-key blocks (W 192 / 256), none of
-    // the block -> no S. The skipped registers are set to -inf (P = 0). ptxas serializes the wgmmas
+    // the block -> no S. The mask removes the skipped keys for every row of the warpgroup (the block is
+    // not free for it: nb > free_last), whatever their registers hold; the softcap's vote leaves the
+    // unset upper half out (vote_lower_only), and a skipped block's registers are set to 0 (in the
+    // polynomial's range: the vote passes). (Until the fifty-ninth session the fill set sf[BN / 2, BN),
+    // past the array, to -inf, and left the upper half unset.) ptxas serializes the wgmmas
     // (C7511) unless a kernel has just these two paths, each waiting for its own wgmmas; in the paged
     // W 64 kernels it did even then, so they keep the whole S.
     constexpr bool kTrimS = !(kPaged && D == 64);
@@ -796,21 +801,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
     }
     sm90::reg_fence<BN / 2>(sf);
-    if constexpr (BN == 128) {
-      if (half_s) {
-#pragma unroll
-        for (int i = BN / 2; i < BN; ++i) sf[i] = -INFINITY;
-      }
-    } else {
+    if constexpr (BN != 128) {
       if (none_s) {
 #pragma unroll
-        for (int i = 0; i < BN; ++i) sf[i] = -INFINITY;
+        for (int i = 0; i < BN / 2; ++i) sf[i] = 0.f;
       }
     }
     release(bar_ke + 8 * sc);
     constexpr bool q_early = Tr::kOwnO && !Tr::kQReg;  // Q's buffer is free after the last S (kQReg: released at the start)
     if (q_early && n_blocks == 1) release(bar_qe);  // the tile's last read of Q
-    mask_and_softmax(n_max - 1);
+    mask_and_softmax(n_max - 1, half_s);
     pack_p();
     FA_WS_MARK(j, cw, 1, clock_after(p[BN / 16 - 1][3]));
 
@@ -863,10 +863,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         FA_WS_BMARK(j, it, cw, 5, clock64());
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
-        mask_and_softmax(n_max - 1 - it);
+        mask_and_softmax(n_max - 1 - it, false);
         FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
       } else {
-        mask_and_softmax(n_max - 1 - it);
+        mask_and_softmax(n_max - 1 - it, false);
         FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
         sm90::wgmma_wait<0>();
         sm90::reg_fence<D / 2>(of);

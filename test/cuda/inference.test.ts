@@ -106,6 +106,12 @@ describeGpu('CUDA: paged KV cache (appendKV + pagedAttention)', () => {
       pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'bfloat16', causal: true },
     { seed: 10, before: Array.from({ length: 16 }, (_, i) => 1200 - 61 * i), fresh: Array.from({ length: 16 }, () => 1),
       pageSize: 32, H: 32, Hkv: 8, D: 128, dtype: 'float16', window: [700, 0], softcap: 30 },
+    // softcaps far above the scores (the decode kernel's tanh at fp32 accuracy where tanh_fast would cancel; see
+    // forward.test.ts): split decode and a prefill chunk, lse held to the fp32 rule
+    { seed: 11, before: [2000, 700], fresh: [1, 1], pageSize: 16, H: 32, Hkv: 8, D: 128, dtype: 'float16', softcap: 3e4,
+      lseFp32Rule: true },
+    { seed: 12, before: [300], fresh: [200], pageSize: 16, H: 8, Hkv: 2, D: 128, dtype: 'bfloat16', causal: true, softcap: 12000,
+      lseFp32Rule: true },
   ];
   for (const c of long) it(`long: ${pagedName(c)}`, () => checkPagedCase(c, 'cuda'));
   // Prefill chunks of several query tiles and key blocks on the warp-specialised kernel (page sizes

@@ -1,0 +1,64 @@
+// Cases of the black-box fuzz (scripts/fuzz-api.mjs) that once failed on a GPU, rerun one by one through the built
+// package as a user's process would (the fuzz's own float64 reference, its fp32-naive rule for lse). GPU only: the fuzz
+// draws a case from the build's capabilities on the device, so seed and case number name the same call only on a GPU
+// of the same kind (sm90, the 90a build); elsewhere they are other random cases. A change to the fuzz's draws changes
+// them too; the list then needs the new numbers of such calls (the fuzz's log names its reruns).
+//
+// Seed 57002 (H100, fifty-seventh session): 17 fp16 / bf16 calls under softcaps of 248-8851 (dense, varlen, paged
+// prefill, split decode, forward and backward) whose lse was off by up to 23x what the rule allows: the kernels' tanh
+// cancelled for small scores, and the softcap multiplied its error (softcap_scores, csrc/cuda/attn_pieces.cuh). Listed:
+// the 11 that softcap_scores fixed on an H100 (fifty-eighth session), and 1102 / 5164, which the vote's first form sent
+// to tanh_fast by reading the Hopper forward's unset trimmed half (left out of the vote since; passed on an H100, sixty-first
+// session). Left out: 1231, 3139 and 5107 (the fuzz's scale draw changed after that run, c8257ee, so those numbers name
+// other calls now), and 3808, where the garbage a page holds past its sequence's end sends the vote to tanh_fast (the
+// decode kernel's tensor-map tiles).
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { expect, it } from 'vitest';
+import { devices } from '../../lib/index';
+import { describeGpu } from '../helpers/reference';
+
+const root = path.resolve(__dirname, '../..');
+const run = promisify(execFile);
+
+const REGRESSIONS: { seed: number; cases: number[] }[] = [
+  { seed: 57002, cases: [549, 612, 1102, 1999, 2868, 3079, 3674, 4182, 4240, 4244, 4789, 4871, 5164] },
+];
+
+async function fuzzCase(seed: number, n: number): Promise<{ code: number; out: string }> {
+  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))),
+    FUZZ_SEED: String(seed), FUZZ_CASE: String(n), FUZZ_DEVICE: 'cuda' };
+  try {
+    const { stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], { cwd: root, env, maxBuffer: 16 << 20 });
+    return { code: 0, out: stdout };
+  } catch (e) {
+    const x = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: x.code ?? 1, out: `${x.stdout ?? ''}\n${x.stderr ?? ''}` };
+  }
+}
+
+describeGpu('CUDA: fuzz cases that once failed', () => {
+  // the cases were drawn on an sm90 GPU (H100 / H200, the 90a build): elsewhere the numbers name other calls
+  const cc = devices()[0]?.computeCapability ?? 'none';
+  for (const { seed, cases } of REGRESSIONS) {
+    it.skipIf(cc !== '9.0')(`seed ${seed}: ${cases.length} cases, each within the fuzz's rule (skipped unless the GPU is sm90; ` +
+      `this one: ${cc})`, async () => {
+      expect(existsSync(path.join(root, 'dist/lib/index.js')), 'dist/ is missing: run `npm run build:ts`').toBe(true);
+      const bad: string[] = [];
+      // four processes at a time (each loads the addon and starts a CUDA context)
+      for (let i = 0; i < cases.length; i += 4) {
+        const rs = await Promise.all(cases.slice(i, i + 4).map(async (n) => ({ n, ...(await fuzzCase(seed, n)) })));
+        for (const r of rs) {
+          const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(r.out);
+          if (r.code !== 0 || !summary || summary[1] !== '1' || summary[2] !== '0') {
+            const fail = r.out.split('\n').find((l) => l.startsWith('{"fuzz":"FAIL"')) ?? r.out.slice(-1500);
+            bad.push(`case ${r.n} (exit ${r.code}): ${fail.slice(0, 1500)}`);
+          }
+        }
+      }
+      expect(bad, bad.join('\n')).toEqual([]);
+    }, 300_000);
+  }
+});
