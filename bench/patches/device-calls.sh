@@ -6,7 +6,13 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# Sixty-first session: c58 ran on an H100 (the fourth form landed); NEXT: c61 (the follow-ups), then pt / hp on the H200.
+# Sixty-first session: c58 ran on an H100 (the fourth form landed, f104790); c61 never got a machine. NEXT: `git apply
+# bench/patches/softcap-page-tail.patch` (K's page-tail rows zeroed; the fp32 backward's 1 - tanh^2), then if .devbin/cs61
+# is missing `FA_CUDA_ARCHS=90a npm run build:native` (check the log: no C7511, 13 spill warnings), strip + xz -9 into
+# .devbin/cs61/addon.xz; .devbin/cs58 is main's kernels since f104790 (else build it from main the same way);
+# `YEND=540 ST=280 FZ_SEED=61001 ... c61` (SHORT=1 YEND=310 for a short call), carry [".gpu", "dist", ".devbin/cs58",
+# ".devbin/cs61"]; land it if 151 / 432 / 1404 / 3808 pass, the suite is green and the paged softcap cost is small; then
+# pt / hp on the H200.
 # Sixtieth session: no call ran either (twenty requests, no machine). NEXT: unchanged, the fifty-ninth session's below.
 # Fifty-ninth session: no call ran (every request got no machine; the budget went to failed starts). NEXT: as below, with
 # the patch's fourth form (the vote leaves the trimmed half out; .devbin/cs58 holds its 90a build where the checkout
@@ -489,8 +495,8 @@ case "${1:-w}" in
     YEND=${YEND:-250} patch58_memcheck c58s "3808 1102 549" 40
     pack_case c58s ;;
   c61)
-    # sixty-first session: the softcap fix's follow-ups (.devbin/cs61 = this tree's 90a build; .devbin/cs58 = the
-    # landed fourth form's): K's tail rows past a sequence's end zeroed in shared memory (the decode kernel's tensor-map
+    # sixty-first session: the softcap fix's follow-ups (bench/patches/softcap-page-tail.patch applied; .devbin/cs61 =
+    # that tree's 90a build; .devbin/cs58 = the landed fourth form's, main's kernels since f104790): K's tail rows past a sequence's end zeroed in shared memory (the decode kernel's tensor-map
     # tiles always; the Hopper paged kernel's first key block under a softcap, one more barrier of all consumers), and
     # the fp32 backward's 1 - tanh^2 as u (2 - u). The fuzz calls they answer (seed 58001: 151, 432, 1404; seed
     # 57002: 3808), the softcap cases and fuzz-regressions.test.ts, memcheck on those four, racecheck on 432, the
@@ -509,7 +515,7 @@ case "${1:-w}" in
         node scripts/fuzz-api.mjs > "$OUT/c61/memcheck-${sc#*:}.log" 2>&1
       log "memcheck case $sc rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/c61/memcheck-${sc#*:}.log" | tail -1)"
     done
-    FUZZ_SEED=58001 FUZZ_CASE=432 timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    FUZZ_SEED=58001 FUZZ_CASE=432 timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
       node scripts/fuzz-api.mjs > "$OUT/c61/racecheck-432.log" 2>&1
     log "racecheck case 432 rc=$? $(grep -a 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT/c61/racecheck-432.log" | tail -1)"
     xz -dc .devbin/cs58/addon.xz > "$OUT/prev.node"
@@ -518,9 +524,15 @@ case "${1:-w}" in
       timeout 120 node scripts/softcap-paged-cost.js 2>&1 | sed "s/^/cs61 $pass: /" >> "$OUT/c61/paged-softcap.log"
     done
     rm -f "$OUT/prev.node"; log "paged softcap cost done"
-    SOFTCAP_DTYPE=float32 SOFTCAP_CAPS=30,0.5 softcap_ab c61 cs58 1
-    gpu_suite c61 ${ST:-280}
-    log "suite stream ticks: $(grep -ao 'stream: [0-9]* event-loop turns.*' "$OUT/c61/gpu-tests.log" | cut -c1-60)"
+    if [ -n "${SHORT:-}" ]; then  # a short call: the GPU files the change touches, softcap / paged / decode cases only
+      FA_REQUIRE_GPU=1 timeout $(( ${YEND:-540} - 15 - $(el) )) npx vitest run test/cuda/inference.test.ts test/cuda/backward.test.ts \
+        test/cuda/forward.test.ts test/cuda/fresh-inference.test.ts -t 'softcap|paged|decode|P1|P16' > "$OUT/c61/short-tests.log" 2>&1
+      log_tests $? "$OUT/c61/short-tests.log"
+    else
+      gpu_suite c61 ${ST:-280}
+      log "suite stream ticks: $(grep -ao 'stream: [0-9]* event-loop turns.*' "$OUT/c61/gpu-tests.log" | cut -c1-60)"
+    fi
+    if [ $(( ${YEND:-540} - $(el) )) -gt 150 ]; then SOFTCAP_DTYPE=float32 SOFTCAP_CAPS=30,0.5 softcap_ab c61 cs58 1; fi
     left=$(( ${YEND:-540} - 20 - $(el) ))
     if [ $left -gt 30 ]; then fuzz_timed "$OUT/c61/fuzz-${FZ_SEED:-61001}.log" ${FZ_SEED:-61001} $left; else log "no time left for the fuzz"; fi
     pack_case c61 ;;
