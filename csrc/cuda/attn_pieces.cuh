@@ -190,8 +190,9 @@ __device__ __forceinline__ float softcap_tanh(float x) {
 // + 1) cancels for small |x| to an absolute error of ~1e-7, which the softcap multiplies (softcap 5000: lse off by up
 // to 9e-4, 100x a naive fp32 softmax; a GPU fuzz with softcaps up to 1e4, fifty-seventh session).
 // lower_only: the vote reads s[0, kN / 2) alone: the fragment's lower half of keys where it is one m-tile (wgmma's
-// accumulator, 4 floats per 8 keys: s[4j + e] is key 8j + 2t + (e & 1)). Used for the Hopper forward's first key block where its S was trimmed to the
-// lower 64 keys: the upper half's registers are unset, and the mask removes those keys whatever they hold).
+// accumulator, 4 floats per 8 keys: s[4j + e] is key 8j + 2t + (e & 1)). Used for the Hopper forward's first key
+// block where its S was trimmed to the lower 64 keys: the upper half's registers are unset, and the mask removes those
+// keys whatever they hold.
 // What the vote leaves: it is per warp, and it reads every other score of the tile, the ones the mask removes
 // afterwards included. A large score anywhere in the warp's tile (another row's, a key past a sequence's end in a
 // page, which holds whatever the page holds) sends every row to softcap_tanh, and rows whose own scores are small keep
