@@ -58,9 +58,10 @@ const HANDPICKED: AttnCase[] = [];
   // float16 / bfloat16 under a softcap far above the scores (3e3-3e4: tanh barely bends them). The fp16 / bf16 kernels'
   // tanh, 1 - 2 / (e^2x + 1), cancels for small x to an absolute error ~1e-7 that the softcap multiplies: lse was off
   // by up to 1e-3 (the GPU fuzz found it, seed 57002, with softcaps up to 1e4). Now the polynomial where the tile's
-  // scores are in its range (softcap_scores, csrc/cuda/attn_pieces.cuh). lse is held to the fp32 rule (lseFp32Rule). The last two: softcap 4,
-  // where scores (sd ~4) put nearly every warp's tile past the polynomial's range (the per-score form), and softcap 20,
-  // whose range (12.5, ~3.2 sd) some tiles of 1-2k scores keep and others do not (both forms in one call).
+  // scores are in its range (softcap_scores, csrc/cuda/attn_pieces.cuh). lse is held to the fp32 rule (lseFp32Rule).
+  // The last two: softcap 4, where scores (sd ~4) put nearly every warp's tile past the polynomial's range (the
+  // per-score form), and softcap 20, whose range (12.5, ~3.2 sd) some tiles of 1-2k scores keep and others do not
+  // (both forms in one call).
   for (const dtype of ['float16', 'bfloat16'] as const) {
     for (const [D, scale, softcap, causal] of [[64, 0.125, 3e4, true], [128, -0.09, 12000, false], [96, 0.1, 3000, true],
       [256, 0.0625, 30000, false], [128, 0.35, 4, true], [128, 0.35, 20, true]] as const) {
