@@ -606,13 +606,18 @@ __global__ void __launch_bounds__(Tr::kThreads) fwd_decode_kernel(const __grid_c
     const int key0 = tile * 16;
     if constexpr (kTma) {
       // The sequence's last tile: cache rows past its end are whatever the pages hold (possibly
-      // NaN); their scores are masked, their V rows must be zero (0 * NaN is NaN).
+      // NaN); their scores are masked, their V rows must be zero (0 * NaN is NaN), and their K rows
+      // too: softcap_scores' warp vote reads every score of the tile, and a page's large garbage
+      // sent it to tanh_fast, whose absolute error the softcap multiplies (fuzz seed 57002 case
+      // 3808: lse 4.3x the rule at softcap 775; sixty-first session).
       if (key0 + 16 > seq.nk) {
         const int valid = seq.nk - key0;
         for (int idx = lane; idx < (W / 64) * 16 * 8; idx += 32) {
           const int line = idx >> 3;  // block * 16 + key
-          if ((line & 15) >= valid)
+          if ((line & 15) >= valid) {
             asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sv + idx * 16), "r"(0u) : "memory");
+            asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sk + idx * 16), "r"(0u) : "memory");
+          }
         }
         __syncwarp();
       }

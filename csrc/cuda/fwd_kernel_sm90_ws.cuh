@@ -689,18 +689,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       tail0 = w.seq.nk - (n_max - 1) * BN;
       tail1 = min(BN, (tail0 + ta.box_rows - 1) / ta.box_rows * ta.box_rows);
     }
-    auto zero_tail = [&](int stage) {
-      if (kPaged && tail1 > tail0) {
-        const int rows = tail1 - tail0;
-        for (int i = ctid; i < kCB * rows * 8; i += 128 * Tr::kConsumers) {
-          // 16 bytes of row r, column block cb: a whole 128-byte line, no swizzle to follow
-          const int cb = i / (rows * 8), rem = i - cb * rows * 8, r = tail0 + rem / 8;
-          const uint32_t line = grouped ? (r / 8) * group_stride + cb * 1024 + (r % 8) * 128 : cb * BN * 128 + r * 128;
-          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + stage * kTileKV + line + (rem % 8) * 16), "r"(0u) : "memory");
-        }
-        sm90::fence_proxy_async_smem();  // the zeros, for the wgmma's reads
-        sm90::named_bar_sync(13, 128 * Tr::kConsumers);
+    auto zero_rows = [&](uint32_t tile) {
+      const int rows = tail1 - tail0;
+      for (int i = ctid; i < kCB * rows * 8; i += 128 * Tr::kConsumers) {
+        // 16 bytes of row r, column block cb: a whole 128-byte line, no swizzle to follow
+        const int cb = i / (rows * 8), rem = i - cb * rows * 8, r = tail0 + rem / 8;
+        const uint32_t line = grouped ? (r / 8) * group_stride + cb * 1024 + (r % 8) * 128 : cb * BN * 128 + r * 128;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + line + (rem % 8) * 16), "r"(0u) : "memory");
       }
+      sm90::fence_proxy_async_smem();  // the zeros, for the wgmma's reads
+      sm90::named_bar_sync(13, 128 * Tr::kConsumers);
+    };
+    auto zero_tail = [&](int stage) {
+      if (kPaged && tail1 > tail0) zero_rows(sV + stage * kTileKV);
+    };
+    // The same rows of K, before the block's first S, in calls with a softcap only: their scores are masked whatever
+    // they are, but softcap_scores' warp vote reads them, and a large value past the end (a page's garbage) sent the
+    // whole warp's tile to tanh_fast, whose absolute error the softcap multiplies (fuzz seed 58001 cases 432 / 1404:
+    // lse 1.5-2.6x the rule at softcaps 723-993, sixty-first session). A second barrier of all consumers per tile that
+    // reads the end; calls without a softcap skip it (uniform branch).
+    const bool zero_k = kPaged && a.softcap > 0.f && tail1 > tail0;
+    auto zero_k_tail = [&](int stage) {
+      if (zero_k) zero_rows(sK + stage * kTileKV);
     };
 
     int sc = c % S;                // stage of the block before the current one
@@ -727,6 +737,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       if (row0 + cw * 64 >= Nq) {
         if constexpr (!Tr::kQReg) release(bar_qe);  // (kQReg: released above)
         mbar_wait(bar_kf + 8 * sc, phc);
+        zero_k_tail(sc);  // (its share, and the barrier)
         my_turn();
         pass_turn();
         release(bar_ke + 8 * sc);
@@ -757,6 +768,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     // Block 0 of the loop order (key block n_max - 1): S, softmax, P. O needs no initialisation:
     // the first P V overwrites it.
     mbar_wait(bar_kf + 8 * sc, phc);
+    zero_k_tail(sc);
     // The first key block's S where the warpgroup's rows see little of it (win.hi of its last row:
     // one past the last key they see): with 128-key blocks, none of the upper half (warpgroup 0 on
     // the causal diagonal) -> the lower half only; with 64 / 80-key blocks (W 192 / 256), none of
