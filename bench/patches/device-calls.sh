@@ -8,7 +8,8 @@
 #
 # Sixty-second session: c61 ran on an H100 (the page-tail zeroing landed; the fp32 backward's u (2 - u) dropped: no fix
 # for 58001:151, 5-19% slower). NEXT: on the H200, `HB=cs61 YEND=380 ... pt` (issue 11's benches; .devbin/cs61 holds
-# main's forward and decode kernels since this session) and `HB=cs61 YEND=540 ... hp` (issue 12's grid).
+# main's forward and decode kernels since this session) and `HB=cs61 YEND=540 ... hp` (issue 12's grid); on any card,
+# fuzz-regressions.test.ts (58001:151 joined it on a CPU check of the fuzz's new softcap floor, never rerun on a GPU).
 # Sixty-first session: c58 ran on an H100 (the fourth form landed, f104790); c61 never got a machine. NEXT: `git apply
 # bench/patches/softcap-page-tail.patch` (K's page-tail rows zeroed; the fp32 backward's 1 - tanh^2), then if .devbin/cs61
 # is missing `FA_CUDA_ARCHS=90a npm run build:native` (check the log: no C7511, 13 spill warnings), strip + xz -9 into

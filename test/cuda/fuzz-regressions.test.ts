@@ -16,7 +16,10 @@
 //
 // Seed 58001 (H100, fifty-eighth session's c58 call): 432 and 1404, paged fp16 / bf16 prefill at softcaps 993 / 723,
 // the same page garbage in the Hopper paged forward's last box (passed on an H100 with the fix, sixty-second session).
-// Left out: 151, an fp32 backward at softcap 0.013 whose dq / dk read 1.6x the rule (open: NOTES-fwd.md).
+// And 151, an fp32 backward at softcap 0.013 whose dq / dk read 1.6x the rule: the rule's floor left out how the
+// softcap's factor 1 - tanh^2 moves with the score's own rounding (scripts/fuzz-api.mjs, attnRef). With that term the
+// H100's recorded error reads 0.08x the rule (checked on the CPU with FUZZ_DRAW_AS=cuda, the same inputs; sixty-second
+// session); not yet rerun on a GPU.
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -30,7 +33,7 @@ const run = promisify(execFile);
 
 const REGRESSIONS: { seed: number; cases: number[] }[] = [
   { seed: 57002, cases: [549, 612, 1102, 1999, 2868, 3079, 3674, 3808, 4182, 4240, 4244, 4789, 4871, 5164] },
-  { seed: 58001, cases: [432, 1404] },
+  { seed: 58001, cases: [151, 432, 1404] },
 ];
 
 async function fuzzCase(seed: number, n: number): Promise<{ code: number; out: string }> {
