@@ -154,13 +154,16 @@ function toBits(data, dtype) {
 
 const BUILD = buildInfo();
 // FUZZ_DRAW_AS=cuda on the CPU backend: draw what a CUDA build of this package draws for the same seed and case (its head
-// dims, no CPU tiling options), so that a GPU failure's inputs, reference and allowed error can be examined without a GPU
-// (the result is the CPU backend's, not the GPU's)
+// dims, no CPU tiling or thread options, the maxSeqlen a device index tensor needs), so that a GPU failure's inputs,
+// reference and allowed error can be examined without a GPU (the result is the CPU backend's, not the GPU's). Every kind
+// but validation, whose GPU-only mutations are not drawn on the CPU; the head dims are this build's cudaHeadDims (a build
+// without CUDA falls back to a fixed list), so the local build must be configured as the GPU's was.
 const DRAW_AS_CUDA = process.env.FUZZ_DRAW_AS === 'cuda';
+const DRAW_GPU = DEVICE !== 'cpu' || DRAW_AS_CUDA;  // draws as on a GPU
 const CAPS = { dims: [], dtypes: {} };
 
 async function probeCaps() {
-  if (DEVICE === 'cpu' && !DRAW_AS_CUDA) {
+  if (!DRAW_GPU) {
     for (let d = 1; d <= 256; d++) CAPS.dims.push(d);
   } else {
     const dims = Array.isArray(BUILD.cudaHeadDims) ? BUILD.cudaHeadDims : [32, 64, 96, 128, 160, 192, 256];
@@ -504,8 +507,10 @@ function attnRef({ q, qn = q, k, v, H, Hkv, D, seqs, mask: mask0, dtype, dO = nu
   // score before the cap (ex = eps32 (A0 + sqrt(D) + 1), the same premise) changes f by
   // 2 |tanh| f dx / softcap. At the caps models use (30, 50) that is nothing; at a cap of 0.01 with
   // scores of tens it is ~1e3 eps32 of f, which an fp32 score rounded as any tensor-core or naive dot
-  // rounds it reaches (fuzz seed 58001 case 151 on an H100: dq / dk 1.6x the rule without this term,
-  // 0.08x with it; the GPU's score is 3xTF32, whose error follows |q| |k|, not the dot's value).
+  // rounds it reaches (fuzz seed 58001 case 151 on an H100: dq / dk 1.6x the rule without this term; the
+  // H100's recorded error is 0.08x the bound with it, recomputed on the CPU from the same inputs; the GPU's
+  // score is 3xTF32, whose error follows |q_c| |k_c|, not the dot's value). The price: a bound that grows
+  // with 1 / softcap (at caps below ~1 an fp16-precision tanh in an fp32 kernel is caught less often).
   const A0 = Math.abs(mask0.scale) * rowNormMax(q, D) * rowNormMax(k, D);
   const A = A0 + (mask0.softcap ? 2 * Math.min(A0, mask0.softcap) : 0);
   const e32 = EPS32 * (A + Math.sqrt(D) + 1), eg = e32 + (dtype === 'float32' ? 0 : EPS[dtype] / 2);
@@ -637,7 +642,7 @@ function genQKV(rng, dist, nQ, nK, H, Hkv, D, scaleIn) {
 }
 function cuOf(lens) { const cu = new Int32Array(lens.length + 1); for (let i = 0; i < lens.length; i++) cu[i + 1] = cu[i] + lens[i]; return cu; }
 function maybeCpuOpts(rng, o) {
-  if (DEVICE === 'cpu' && !DRAW_AS_CUDA && rng.bool(0.12)) {
+  if (!DRAW_GPU && rng.bool(0.12)) {
     o.cpu = {};
     if (rng.bool(0.7)) o.cpu.blockM = rng.pick([1, 2, 3, 5, 8, 16, 17, 32, 64, 128, 1024]);
     if (rng.bool(0.7)) o.cpu.blockN = rng.pick([1, 2, 3, 7, 8, 16, 31, 64, 128, 512]);
@@ -762,7 +767,7 @@ async function caseVarlen(rng, C, bwd) {
   const Q = await mkT(C, rng, q, [totalQ, H, D], dtype), K = await mkT(C, rng, k, [totalK, Hkv, D], dtype), V = await mkT(C, rng, v, [totalK, Hkv, D], dtype);
   const iq = await mkIdx(C, rng, cuQ, [B + 1]), ik = await mkIdx(C, rng, cuK, [B + 1]);
   const vo = { ...opts, cuSeqlensQ: iq.x, cuSeqlensK: ik.x };
-  if ((DEVICE !== 'cpu' && (iq.tensor || ik.tensor)) || rng.bool(0.4)) {
+  if ((DRAW_GPU && (iq.tensor || ik.tensor)) || rng.bool(0.4)) {
     const extra = rng.bool(0.2) ? rng.int(1, 50) : 0; // an upper bound is enough
     vo.maxSeqlenQ = Math.max(0, ...lq) + extra; vo.maxSeqlenK = Math.max(0, ...lk) + extra;
   }
@@ -895,7 +900,7 @@ async function casePaged(rng, C) {
   const Q = await mkT(C, rng, qd, [totalQ, H, D], dtype);
   const it = await mkIdx(C, rng, table, [B, maxPages]), isk = await mkIdx(C, rng, Int32Array.from(lk), [B]), icq = await mkIdx(C, rng, cuQ, [B + 1]);
   const po = { ...opts, pageTable: it.x, seqlensK: isk.x, cuSeqlensQ: icq.x };
-  if ((DEVICE !== 'cpu' && (it.tensor || isk.tensor || icq.tensor)) || rng.bool(0.4)) { po.maxSeqlenQ = Math.max(0, ...lq); po.maxSeqlenK = Math.max(0, ...lk); }
+  if ((DRAW_GPU && (it.tensor || isk.tensor || icq.tensor)) || rng.bool(0.4)) { po.maxSeqlenQ = Math.max(0, ...lq); po.maxSeqlenK = Math.max(0, ...lk); }
   if (rng.bool(0.3)) po.numSplits = rng.pick([0, 1, 2, 3, 4, 7, 8, 16, 32]);
   let rot = null, qPos = null;
   if (useRot) {
@@ -966,7 +971,7 @@ async function caseAppend(rng, C) {
   const it = await mkIdx(C, rng, table, [B, maxPages]), icn = await mkIdx(C, rng, cuN, [B + 1]), isb = await mkIdx(C, rng, Int32Array.from(before), [B]);
   ao.pageTable = it.x; ao.cuSeqlensNew = icn.x; ao.seqlensBefore = isb.x;
   if (useRot) { rot = mkRotary(rng, D, Math.max(1, ...total) + rng.int(0, 3)); ao.rotary = await rotaryTensors(C, rot); }
-  if (DEVICE === 'cpu' && rng.bool(0.1)) ao.cpu = { threads: rng.pick([1, 2, 3]) };
+  if (!DRAW_GPU && rng.bool(0.1)) ao.cpu = { threads: rng.pick([1, 2, 3]) };
   const follow = rng.bool(0.75);
   C.params = { dtype, B, seqlensBefore: before, newTokens: nnew, H, Hkv, D, pageSize: ps, numPages, maxPages, zeroInit,
     rotary: rot && { half: rot.half, interleaved: rot.interleaved, genuine: rot.genuine }, indexAsTensor: [it.tensor, icn.tensor, isb.tensor], options: jsonOpts(ao), followedByPagedAttention: follow };
@@ -1023,7 +1028,7 @@ async function caseAppend(rng, C) {
   const mask = effMask(opts, D);
   const Q = await mkT(C, rng, randn(rng, totalQ * H * D), [totalQ, H, D], dtype);
   const po = { ...opts, pageTable: it.x, seqlensK: Int32Array.from(lk), cuSeqlensQ: cuQ };
-  if (it.tensor && DEVICE !== 'cpu') { po.maxSeqlenQ = Math.max(0, ...lq); po.maxSeqlenK = Math.max(0, ...lk); }
+  if (it.tensor && DRAW_GPU) { po.maxSeqlenQ = Math.max(0, ...lq); po.maxSeqlenK = Math.max(0, ...lk); }
   if (rot) po.rotary = ao.rotary;
   C.params.paged = { queries: lq, options: jsonOpts(po) };
   const kAll = gatherCache(kAfter, table, maxPages, ps, Hkv, D, lk), vAll = gatherCache(vAfter, table, maxPages, ps, Hkv, D, lk);
