@@ -14,7 +14,7 @@
 // the vote to tanh_fast; the kernels now zero those K rows in shared memory (the decode kernel's tensor-map tiles, the
 // Hopper paged forward's last key block under a softcap).
 //
-// Seed 58001 (H100, fifty-eighth session's c58 call): 432 and 1404, paged fp16 / bf16 prefill at softcaps 993 / 723,
+// Seed 58001 (H100, the sixty-first session's c58 call): 432 and 1404, paged fp16 / bf16 prefill at softcaps 993 / 723,
 // the same page garbage in the Hopper paged forward's last box (passed on an H100 with the fix, sixty-second session).
 // And 151, an fp32 backward at softcap 0.013 whose dq / dk read 1.6x the rule: the rule's floor left out how the
 // softcap's factor 1 - tanh^2 moves with the score's own rounding (scripts/fuzz-api.mjs, attnRef). With that term the
