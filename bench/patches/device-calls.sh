@@ -498,6 +498,30 @@ case "${1:-w}" in
     [ $(( ${YEND:-250} - $(el) )) -gt 45 ] && softcap_ab c58s fix56 1
     YEND=${YEND:-250} patch58_memcheck c58s "3808 1102 549" 40
     pack_case c58s ;;
+  x63)
+    # sixty-third session: fuzz-regressions.test.ts on main's kernels (.devbin/cs61; 58001:151 under the fuzz's new
+    # softcap floor has not run on a GPU), then on the H200 issue 11's benches as pt does (until YEND), on another card a
+    # fresh fuzz seed until OTHER_END (default 240 s)
+    HB=${HB:-cs61}; use_addon $HB
+    mkdir -p "$OUT/x63"
+    FA_REQUIRE_GPU=1 timeout 150 npx vitest run test/cuda/fuzz-regressions.test.ts > "$OUT/x63/regressions.log" 2>&1
+    log_tests $? "$OUT/x63/regressions.log"
+    FUZZ_SEED=58001 FUZZ_CASE=151 timeout 60 node scripts/fuzz-api.mjs > "$OUT/x63/case-151.log" 2>&1
+    log "case 58001:151 rc=$? $(grep -a 'err\|allowed' "$OUT/x63/case-151.log" | head -3 | tr '\n' ' ' | cut -c1-300)"
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      log "H200: issue 11's benches"
+      for pass in 1 2; do
+        timeout 90 node scripts/decode-page-turns.js 2>&1 | sed "s/^/pass $pass: /" | tee -a "$OUT/x63/page-turns.log"
+      done
+      log "page turns done"
+      timeout $(( ${YEND:-460} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --serve-seqs 1,64 --compare torch \
+        --out "$OUT/x63/inf" > "$OUT/x63/inference-bench.log" 2>&1
+      log "inference benches rc=$?"
+    else
+      left=$(( ${OTHER_END:-240} - 20 - $(el) ))
+      if [ $left -gt 30 ]; then fuzz_timed "$OUT/x63/fuzz-${FZ_SEED:-63001}.log" ${FZ_SEED:-63001} $left; fi
+    fi
+    pack_case x63 ;;
   c61)
     # sixty-first session: the softcap fix's follow-ups (bench/patches/softcap-page-tail.patch applied; .devbin/cs61 =
     # that tree's 90a build; .devbin/cs58 = the landed fourth form's, main's kernels since f104790): K's tail rows past a sequence's end zeroed in shared memory (the decode kernel's tensor-map
