@@ -204,6 +204,19 @@ gpu_suite() {
   TEST_TIMEOUT=$2 OUT=$OUT/$1 bash scripts/gpu-run.sh tests > "$OUT/$1/tests-step.log" 2>&1
   log_tests $? "$OUT/$1/gpu-tests.log"
 }
+# issue 11's benches into $OUT/$1 until $2 s into the call: page 1 against page 16 in decode, in turns
+# (scripts/decode-page-turns.js: B 1 / 16 / 64 x 16k, two passes), then decode, varlen, paged prefill and the serving
+# loop next to torch
+inference_benches() {
+  local pass
+  for pass in 1 2; do
+    timeout 90 node scripts/decode-page-turns.js 2>&1 | sed "s/^/pass $pass: /" | tee -a "$OUT/$1/page-turns.log"
+  done
+  log "page turns done"
+  timeout $(( $2 - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --serve-seqs 1,64 --compare torch \
+    --out "$OUT/$1/inf" > "$OUT/$1/inference-bench.log" 2>&1
+  log "inference benches rc=$?"
+}
 # $OUT/$1 and calls.log as one file, $1.tar.xz (a call returns at most 8 files)
 pack_case() { cp "$OUT/calls.log" "$OUT/$1/"; tar -C "$OUT" -cJf "$OUT/$1.tar.xz" "$1" && rm -rf "$OUT/$1"; }
 mkdir -p build/Release
@@ -510,13 +523,7 @@ case "${1:-w}" in
     log "case 58001:151 rc=$? $(grep -a 'err\|allowed' "$OUT/x63/case-151.log" | head -3 | tr '\n' ' ' | cut -c1-300)"
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       log "H200: issue 11's benches"
-      for pass in 1 2; do
-        timeout 90 node scripts/decode-page-turns.js 2>&1 | sed "s/^/pass $pass: /" | tee -a "$OUT/x63/page-turns.log"
-      done
-      log "page turns done"
-      timeout $(( ${YEND:-460} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --serve-seqs 1,64 --compare torch \
-        --out "$OUT/x63/inf" > "$OUT/x63/inference-bench.log" 2>&1
-      log "inference benches rc=$?"
+      inference_benches x63 ${YEND:-460}
     else
       left=$(( ${OTHER_END:-240} - 20 - $(el) ))
       if [ $left -gt 30 ]; then fuzz_timed "$OUT/x63/fuzz-${FZ_SEED:-63001}.log" ${FZ_SEED:-63001} $left; fi
@@ -649,13 +656,7 @@ case "${1:-w}" in
     # 16k, two passes), then issue 11's benches next to torch (decode, varlen, paged prefill, serving loop)
     HB=${HB:-new3}; use_addon $HB
     mkdir -p "$OUT/pt"
-    for pass in 1 2; do
-      timeout 90 node scripts/decode-page-turns.js 2>&1 | sed "s/^/pass $pass: /" | tee -a "$OUT/pt/page-turns.log"
-    done
-    log "page turns done"
-    timeout $(( ${YEND:-400} - 10 - $(el) )) node dist/bench/cli.js --grid off --decode --varlen --serve --serve-seqs 1,64 --compare torch \
-      --out "$OUT/pt/inf" > "$OUT/pt/inference-bench.log" 2>&1
-    log "inference benches rc=$?"
+    inference_benches pt ${YEND:-400}
     pack_case pt ;;
   hp)
     # forty-second session, call 2: the fwd + bwd grid in turns with cuDNN (each step capped), then ncu on the
