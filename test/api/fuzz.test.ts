@@ -36,4 +36,28 @@ describe('black-box fuzz of the public API (scripts/fuzz-api.mjs)', () => {
     expect(Number(summary![2]), `failing cases:\n${fails}`).toBe(0);
     expect(code, `exit code; output:\n${stdout.slice(-2000)}`).toBe(0);
   }, 600_000);
+
+  // Calls that once failed on the CPU backend (FUZZ_DEVICE=cpu draws the same calls on every machine). Seed 63002
+  // case 1485 (sixty-third session): fp32 paged attention at scale 18 with keys x2.58, scores of ~1500, out's relative
+  // L2 error 3.46e-5 against 2x the naive's 1.55e-5. Not the kernel: at such scores an fp32 implementation's error is
+  // one draw of a few score roundings (the library's median is below the naive's; a naive in reverse order failed
+  // the old rule in 2-6% of such calls); the rule now has the scores' rounding floor (scripts/fuzz-api.mjs).
+  it('once-failing CPU cases (seed 63002: 1485) within the rule', async () => {
+    const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))),
+      FUZZ_SEED: '63002', FUZZ_CASE: '1485', FUZZ_DEVICE: 'cpu' };
+    let stdout = '';
+    let code = 0;
+    try {
+      ({ stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], { cwd: root, env, maxBuffer: 16 << 20 }));
+    } catch (e) {
+      const x = e as { code?: number; stdout?: string; stderr?: string };
+      code = x.code ?? 1;
+      stdout = `${x.stdout ?? ''}\n${x.stderr ?? ''}`;
+    }
+    const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(stdout);
+    expect(summary, `no summary line; output:\n${stdout.slice(-4000)}`).not.toBeNull();
+    expect(stdout, 'the case is still the fp32 paged call it was').toMatch(/pagedAttention +cases +1 /);
+    expect(Number(summary![2]), `failing:\n${stdout.slice(-3000)}`).toBe(0);
+    expect(code).toBe(0);
+  }, 120_000);
 });
