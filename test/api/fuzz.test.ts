@@ -12,23 +12,22 @@ import { describe, expect, it } from 'vitest';
 const root = path.resolve(__dirname, '../..');
 const run = promisify(execFile);
 
+// scripts/fuzz-api.mjs with the settings `fuzz` (the caller's own FUZZ_* settings left out): its exit code and output.
+async function runFuzz(fuzz: Record<string, string>): Promise<{ code: number; stdout: string }> {
+  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))), ...fuzz };
+  try {
+    const { stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], { cwd: root, env, maxBuffer: 64 * 1024 * 1024 });
+    return { code: 0, stdout };
+  } catch (e) {
+    const x = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: x.code ?? 1, stdout: `${x.stdout ?? ''}\n${x.stderr ?? ''}` };
+  }
+}
+
 describe('black-box fuzz of the public API (scripts/fuzz-api.mjs)', () => {
   it('250 fixed cases (seed 52052) against its float64 reference, bad arguments and un-awaited chains: no failure', async () => {
     expect(existsSync(path.join(root, 'dist/lib/index.js')), 'dist/ is missing: run `npm run build:ts`').toBe(true);
-    let stdout = '';
-    let code = 0;
-    try {
-      ({ stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], {
-        cwd: root,
-        // (the caller's own FUZZ_* settings left out: the set is fixed)
-        env: { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))), FUZZ_SEED: '52052', FUZZ_CASES: '250' },
-        maxBuffer: 64 * 1024 * 1024,
-      }));
-    } catch (e) {
-      const x = e as { code?: number; stdout?: string; stderr?: string };
-      code = x.code ?? 1;
-      stdout = `${x.stdout ?? ''}\n${x.stderr ?? ''}`;
-    }
+    const { code, stdout } = await runFuzz({ FUZZ_SEED: '52052', FUZZ_CASES: '250' });
     const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(stdout);
     const fails = stdout.split('\n').filter((l) => l.startsWith('{"fuzz":"FAIL"')).slice(0, 5).join('\n');
     expect(summary, `no summary line; output:\n${stdout.slice(-4000)}`).not.toBeNull();
@@ -43,17 +42,7 @@ describe('black-box fuzz of the public API (scripts/fuzz-api.mjs)', () => {
   // one draw of a few score roundings (the library's median is below the naive's; a naive in reverse order failed
   // the old rule in 2-6% of such calls); the rule now has the scores' rounding floor (scripts/fuzz-api.mjs).
   it('once-failing CPU cases (seed 63002: 1485) within the rule', async () => {
-    const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))),
-      FUZZ_SEED: '63002', FUZZ_CASE: '1485', FUZZ_DEVICE: 'cpu' };
-    let stdout = '';
-    let code = 0;
-    try {
-      ({ stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], { cwd: root, env, maxBuffer: 16 << 20 }));
-    } catch (e) {
-      const x = e as { code?: number; stdout?: string; stderr?: string };
-      code = x.code ?? 1;
-      stdout = `${x.stdout ?? ''}\n${x.stderr ?? ''}`;
-    }
+    const { code, stdout } = await runFuzz({ FUZZ_SEED: '63002', FUZZ_CASE: '1485', FUZZ_DEVICE: 'cpu' });
     const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(stdout);
     expect(summary, `no summary line; output:\n${stdout.slice(-4000)}`).not.toBeNull();
     expect(stdout, 'the case is still the fp32 paged call it was').toMatch(/pagedAttention +cases +1 /);
