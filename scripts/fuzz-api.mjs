@@ -386,8 +386,7 @@ function headRef(Q, Qn, K, V, nq, nk, D, m, rd, dO, R) {
   const { scale, softcap: sc, causal, left, right } = m;
   const s = new Float64Array(nk), t = new Float64Array(nk), sn = new Float64Array(nk), en = new Float64Array(nk), tn = new Float64Array(nk);
   const acc = new Float64Array(D), dp = new Float64Array(nk), w = m.l2floor ? new Float64Array(D) : null;
-  const kn = m.l2floor ? new Float64Array(nk) : null; // fp32: |k_j| for the relative L2 floor
-  if (kn) for (let j = 0; j < nk; j++) { let x = 0; for (let c = 0; c < D; c++) x += K[j * D + c] * K[j * D + c]; kn[j] = Math.sqrt(x); }
+  const kn = R.kn; // fp32: |k_j| for the relative L2 floor (attnRef, once per kv head)
   for (let i = 0; i < nq; i++) {
     const p0 = i + nk - nq;
     let lo = 0, hi = nk - 1;
@@ -561,11 +560,13 @@ function attnRef({ q, qn = q, k, v, H, Hkv, D, seqs, mask: mask0, dtype, dO = nu
   seqs.forEach((s, b) => {
     for (let g = 0; g < Hkv; g++) {
       const K = gather(k, s.k0, s.nk, Hkv, g, D), V = gather(v, s.k0, s.nk, Hkv, g, D);
+      const kn = mask.l2floor ? new Float64Array(s.nk) : null; // |k_j| (headRef's relative L2 floor)
+      if (kn) for (let j = 0; j < s.nk; j++) { let x = 0; for (let c = 0; c < D; c++) x += K[j * D + c] * K[j * D + c]; kn[j] = Math.sqrt(x); }
       const R = bw ? { dK: new Float64Array(s.nk * D), dKn: new Float64Array(s.nk * D), dV: new Float64Array(s.nk * D), dVn: new Float64Array(s.nk * D),
         dKa: new Float64Array(s.nk * D), dVa: new Float64Array(s.nk * D) } : {};
       for (let h = g * G; h < (g + 1) * G; h++) {
         const Q = gather(q, s.q0, s.nq, H, h, D), Qn = qn === q ? Q : gather(qn, s.q0, s.nq, H, h, D);
-        R.O = new Float64Array(s.nq * D); R.On = new Float64Array(s.nq * D); R.L = new Float64Array(s.nq); R.Ln = new Float64Array(s.nq); R.F = 0;
+        R.O = new Float64Array(s.nq * D); R.On = new Float64Array(s.nq * D); R.L = new Float64Array(s.nq); R.Ln = new Float64Array(s.nq); R.F = 0; R.kn = kn;
         if (bw) { R.dQ = new Float64Array(s.nq * D); R.dQn = new Float64Array(s.nq * D); R.dQa = new Float64Array(s.nq * D); }
         headRef(Q, Qn, K, V, s.nq, s.nk, D, mask, rd, bw ? gather(dO, s.q0, s.nq, H, h, D) : null, R);
         scatter(O, R.O, s.q0, s.nq, H, h, D); scatter(On, R.On, s.q0, s.nq, H, h, D); outF += R.F;
