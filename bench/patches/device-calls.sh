@@ -6,7 +6,7 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# Sixty-third session: x63 ran eleven times, always on an H100 (fuzz-regressions.test.ts 2 / 2, 58001:151 at 0.081 of the rule;
+# Sixty-third session: x63 ran fourteen times, always on an H100 (three more requests got no machine) (fuzz-regressions.test.ts 2 / 2, 58001:151 at 0.081 of the rule;
 # fuzz seed 63001 4463 calls, 0 failures). NEXT: on the H200, `HB=cs61 YEND=470 OTHER_END=30 ... x63` (issue 11's benches
 # after the regression list; 30: nothing more on another card), then `HB=cs61 YEND=540 ... hp` (issue 12's grid); carry
 # [".gpu", "dist", ".devbin/cs61"] (cs61 = main's forward and decode kernels; rebuild it from main where a checkout lacks it).
