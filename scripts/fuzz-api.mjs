@@ -386,7 +386,7 @@ function headRef(Q, Qn, K, V, nq, nk, D, m, rd, dO, R) {
   const { scale, softcap: sc, causal, left, right } = m;
   const s = new Float64Array(nk), t = new Float64Array(nk), sn = new Float64Array(nk), en = new Float64Array(nk), tn = new Float64Array(nk);
   const acc = new Float64Array(D), dp = new Float64Array(nk), w = m.l2floor ? new Float64Array(D) : null;
-  const kn = R.kn; // fp32: |k_j| for the relative L2 floor (attnRef, once per kv head)
+  const kn = R.kn, qnorm = m.l2floor ? rowNorms(Q, D) : null; // fp32: |k_j| (attnRef, once per kv head), |q_i| for the relative L2 floor
   for (let i = 0; i < nq; i++) {
     const p0 = i + nk - nq;
     let lo = 0, hi = nk - 1;
@@ -416,9 +416,7 @@ function headRef(Q, Qn, K, V, nq, nk, D, m, rd, dO, R) {
     // bound on score ij's rounding error, expanded as sum u |v|^2 - 2 o . sum u v + |o|^2 sum u with
     // u = (p e)^2 (keys with p < 1e-12 add nothing it could show)
     if (m.l2floor) {
-      let qq = 0;
-      for (let c = 0; c < D; c++) qq += Q[qi + c] * Q[qi + c];
-      const aq = Math.abs(scale) * Math.sqrt(qq);
+      const aq = Math.abs(scale) * qnorm[i];
       let su = 0, suv = 0, ow = 0, oo = 0;
       w.fill(0);
       for (let j = lo; j <= hi; j++) {
@@ -518,11 +516,13 @@ function effMask(opts, D) {
     left: w ? w[0] : -1, right: w ? w[1] : -1,
   };
 }
-function rowNormMax(a, D) {
-  let m = 0;
-  for (let r = 0; r < a.length / D; r++) { let s = 0; for (let c = 0; c < D; c++) s += a[r * D + c] * a[r * D + c]; m = Math.max(m, s); }
-  return Math.sqrt(m);
+// the L2 norm of every row of D elements
+function rowNorms(a, D) {
+  const n = new Float64Array(a.length / D);
+  for (let r = 0; r < n.length; r++) { let s = 0; for (let c = 0; c < D; c++) s += a[r * D + c] * a[r * D + c]; n[r] = Math.sqrt(s); }
+  return n;
 }
+function rowNormMax(a, D) { return rowNorms(a, D).reduce((m, x) => Math.max(m, x), 0); }
 
 // q, qn: [totalQ, H, D]; k, v: [totalK, Hkv, D] (token-major, all sequences packed); seqs: [{q0, nq, k0, nk}];
 // lseIdx(b, h, i) -> index in L. With dO: exact and naive gradients (dK/dV summed over GQA groups).
@@ -560,8 +560,7 @@ function attnRef({ q, qn = q, k, v, H, Hkv, D, seqs, mask: mask0, dtype, dO = nu
   seqs.forEach((s, b) => {
     for (let g = 0; g < Hkv; g++) {
       const K = gather(k, s.k0, s.nk, Hkv, g, D), V = gather(v, s.k0, s.nk, Hkv, g, D);
-      const kn = mask.l2floor ? new Float64Array(s.nk) : null; // |k_j| (headRef's relative L2 floor)
-      if (kn) for (let j = 0; j < s.nk; j++) { let x = 0; for (let c = 0; c < D; c++) x += K[j * D + c] * K[j * D + c]; kn[j] = Math.sqrt(x); }
+      const kn = mask.l2floor ? rowNorms(K, D) : null; // |k_j| (headRef's relative L2 floor)
       const R = bw ? { dK: new Float64Array(s.nk * D), dKn: new Float64Array(s.nk * D), dV: new Float64Array(s.nk * D), dVn: new Float64Array(s.nk * D),
         dKa: new Float64Array(s.nk * D), dVa: new Float64Array(s.nk * D) } : {};
       for (let h = g * G; h < (g + 1) * G; h++) {
