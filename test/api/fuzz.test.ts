@@ -3,26 +3,12 @@
 // every machine, on the GPU when there is one (else the CPU backend). It runs the built package
 // (dist/, which `npm ci` and `npm run build:ts` produce), as a user's process would. A failing case
 // prints its one-line reproducer (FUZZ_SEED / FUZZ_CASE) in the assertion message.
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { runFuzz } from '../helpers/fuzz';
 
 const root = path.resolve(__dirname, '../..');
-const run = promisify(execFile);
-
-// scripts/fuzz-api.mjs with the settings `fuzz` (the caller's own FUZZ_* settings left out): its exit code and output.
-async function runFuzz(fuzz: Record<string, string>): Promise<{ code: number; stdout: string }> {
-  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))), ...fuzz };
-  try {
-    const { stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], { cwd: root, env, maxBuffer: 64 * 1024 * 1024 });
-    return { code: 0, stdout };
-  } catch (e) {
-    const x = e as { code?: number; stdout?: string; stderr?: string };
-    return { code: x.code ?? 1, stdout: `${x.stdout ?? ''}\n${x.stderr ?? ''}` };
-  }
-}
 
 describe('black-box fuzz of the public API (scripts/fuzz-api.mjs)', () => {
   it('250 fixed cases (seed 52052) against its float64 reference, bad arguments and un-awaited chains: no failure', async () => {

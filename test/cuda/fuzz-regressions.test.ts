@@ -20,33 +20,19 @@
 // softcap's factor 1 - tanh^2 moves with the score's own rounding (scripts/fuzz-api.mjs, attnRef). With that term the
 // H100's recorded error reads 0.08x the rule (checked on the CPU with FUZZ_DRAW_AS=cuda, the same inputs; sixty-second
 // session); on an H100 it then read 0.081x the rule (sixty-third session, the whole list passing).
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { expect, it } from 'vitest';
 import { devices } from '../../lib/index';
+import { runFuzz } from '../helpers/fuzz';
 import { describeGpu } from '../helpers/reference';
 
 const root = path.resolve(__dirname, '../..');
-const run = promisify(execFile);
 
 const REGRESSIONS: { seed: number; cases: number[] }[] = [
   { seed: 57002, cases: [549, 612, 1102, 1999, 2868, 3079, 3674, 3808, 4182, 4240, 4244, 4789, 4871, 5164] },
   { seed: 58001, cases: [151, 432, 1404] },
 ];
-
-async function fuzzCase(seed: number, n: number): Promise<{ code: number; out: string }> {
-  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('FUZZ_'))),
-    FUZZ_SEED: String(seed), FUZZ_CASE: String(n), FUZZ_DEVICE: 'cuda' };
-  try {
-    const { stdout } = await run(process.execPath, [path.join(root, 'scripts/fuzz-api.mjs')], { cwd: root, env, maxBuffer: 16 << 20 });
-    return { code: 0, out: stdout };
-  } catch (e) {
-    const x = e as { code?: number; stdout?: string; stderr?: string };
-    return { code: x.code ?? 1, out: `${x.stdout ?? ''}\n${x.stderr ?? ''}` };
-  }
-}
 
 describeGpu('CUDA: fuzz cases that once failed', () => {
   // the cases were drawn on an sm90 GPU (H100 / H200, the 90a build): elsewhere the numbers name other calls
@@ -58,11 +44,11 @@ describeGpu('CUDA: fuzz cases that once failed', () => {
       const bad: string[] = [];
       // four processes at a time (each loads the addon and starts a CUDA context)
       for (let i = 0; i < cases.length; i += 4) {
-        const rs = await Promise.all(cases.slice(i, i + 4).map(async (n) => ({ n, ...(await fuzzCase(seed, n)) })));
+        const rs = await Promise.all(cases.slice(i, i + 4).map(async (n) => ({ n, ...(await runFuzz({ FUZZ_SEED: String(seed), FUZZ_CASE: String(n), FUZZ_DEVICE: 'cuda' })) })));
         for (const r of rs) {
-          const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(r.out);
+          const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(r.stdout);
           if (r.code !== 0 || !summary || summary[1] !== '1' || summary[2] !== '0') {
-            const fail = r.out.split('\n').find((l) => l.startsWith('{"fuzz":"FAIL"')) ?? r.out.slice(-1500);
+            const fail = r.stdout.split('\n').find((l) => l.startsWith('{"fuzz":"FAIL"')) ?? r.stdout.slice(-1500);
             bad.push(`case ${r.n} (exit ${r.code}): ${fail.slice(0, 1500)}`);
           }
         }
