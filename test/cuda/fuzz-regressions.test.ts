@@ -46,8 +46,7 @@ describeGpu('CUDA: fuzz cases that once failed', () => {
       for (let i = 0; i < cases.length; i += 4) {
         const rs = await Promise.all(cases.slice(i, i + 4).map(async (n) => ({ n, ...(await runFuzz({ FUZZ_SEED: String(seed), FUZZ_CASE: String(n), FUZZ_DEVICE: 'cuda' })) })));
         for (const r of rs) {
-          const summary = /fuzz-api summary: .*cases=(\d+) failures=(\d+)/.exec(r.stdout);
-          if (r.code !== 0 || !summary || summary[1] !== '1' || summary[2] !== '0') {
+          if (r.code !== 0 || r.summary?.cases !== 1 || r.summary.failures !== 0) {
             const fail = r.stdout.split('\n').find((l) => l.startsWith('{"fuzz":"FAIL"')) ?? r.stdout.slice(-1500);
             bad.push(`case ${r.n} (exit ${r.code}): ${fail.slice(0, 1500)}`);
           }
