@@ -6,6 +6,8 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Sixty-sixth session: x63 ran five times, on an H100 (2 / 2, 151 at 0.081); nine requests got no machine. NEXT: unchanged,
+# the sixty-third session's below (.devbin/cs61 from main: `FA_CUDA_ARCHS=90a npm ci`, strip + xz -9 the addon).
 # Sixty-fifth session: x63 ran three times, on an H100 (2 / 2, 151 at 0.081); eight failed starts, one refusal. NEXT: unchanged,
 # the sixty-third session's below (.devbin/cs61 from main: `FA_CUDA_ARCHS=90a npm ci`, strip + xz -9 the addon).
 # Sixty-fourth session: x63 ran twice, on an H100 (2 / 2, 151 at 0.081); nine more requests got no machine. NEXT: unchanged,
