@@ -6,6 +6,9 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Sixty-seventh session: an H200 at last (third request): x63, hp, gf (ST 300, FZ_SEED 67101), the fuzz under memcheck /
+# racecheck and issue 11's benches again, all on cs61 (RESULTS.md, sixty-seventh section). NEXT: on an H200, a kernel change's
+# A/B (fwd-ab, AB_ADDON) before the grid again; with none, x63 as below keeps the regression list running.
 # Sixty-sixth session: x63 ran five times, on an H100 (2 / 2, 151 at 0.081); nine requests got no machine. NEXT: unchanged,
 # the sixty-third session's below (.devbin/cs61 from main: `FA_CUDA_ARCHS=90a npm ci`, strip + xz -9 the addon).
 # Sixty-fifth session: x63 ran three times, on an H100 (2 / 2, 151 at 0.081); eight failed starts, one refusal. NEXT: unchanged,
