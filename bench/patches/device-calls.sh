@@ -6,6 +6,13 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
+# Sixty-eighth session: no call ran (three failed starts, then no machine lent). NEXT, on an H200 (an H100 will do for the
+# A/B and the tests): lz68, the lazy rescale (FA_WS_LAZY_RESCALE, NOTES-fwd.md sixty-eighth section) against main's
+# kernels. Here first: .devbin/cs61 as below; .devbin/lazy with every head dim (the tests need them): `FA_CUDA_ARCHS=90a
+# FA_WS_LAZY_RESCALE=1 npm run build:native`, strip + xz -9 the addon into .devbin/lazy/addon.xz, then rebuild the default
+# (`FA_CUDA_ARCHS=90a npm run build:native`). Call: carry [".gpu", "dist", ".devbin/cs61", ".devbin/lazy"], command
+# `source .gpu/env.sh && AB_END=300 YEND=560 bash bench/patches/device-calls.sh lz68`. If it gains, make it the default
+# (CMake option ON), then gf and hp on that build; if not, x63 as before.
 # Sixty-seventh session: an H200 at last (third request): x63, hp, gf (ST 300, FZ_SEED 67101), the fuzz under memcheck /
 # racecheck and issue 11's benches again, all on cs61 (RESULTS.md, sixty-seventh section). NEXT: on an H200, a kernel change's
 # A/B (fwd-ab, AB_ADDON) before the grid again; with none, x63 as below keeps the regression list running.
@@ -524,6 +531,27 @@ case "${1:-w}" in
     [ $(( ${YEND:-250} - $(el) )) -gt 45 ] && softcap_ab c58s fix56 1
     YEND=${YEND:-250} patch58_memcheck c58s "3808 1102 549" 40
     pack_case c58s ;;
+  lz68)
+    # sixty-eighth session: the lazy softmax step (FA_WS_LAZY_RESCALE; .devbin/lazy = that tree's 90a build) against
+    # main's kernels (.devbin/cs61) in turns through the public API (fp16 / bf16, D 64 / 128, both masks, N 512..16k,
+    # AB_ROUNDS rounds, until AB_END s), then the forward test files on the lazy build (until YEND), then memcheck on a
+    # few of its forward calls
+    need .devbin/lazy/addon.xz
+    use_addon cs61
+    mkdir -p "$OUT/lz68"
+    AB_TAG=lz68 AB_ROUNDS=${AB_ROUNDS:-3} AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--dtype fp16,bf16 --hdim 64,128" \
+      AB_ADDON=".devbin/lazy/addon.xz" OUT=$OUT/lz68 timeout $(( ${AB_END:-300} - $(el) )) \
+      bash scripts/gpu-run.sh fwd-ab > "$OUT/lz68/ab-step.log" 2>&1
+    log "lazy ab rc=$?"
+    use_addon lazy
+    FA_REQUIRE_GPU=1 timeout $(( ${YEND:-540} - 40 - $(el) )) npx vitest run test/cuda/forward.test.ts \
+      test/cuda/long-keys.test.ts test/cuda/fresh.test.ts test/cuda/fresh-varlen.test.ts test/cuda/deal-order.test.ts \
+      test/cuda/fuzz-regressions.test.ts test/cuda/inference.test.ts test/cuda/fresh-inference.test.ts > "$OUT/lz68/tests.log" 2>&1
+    log_tests $? "$OUT/lz68/tests.log"
+    FA_REQUIRE_GPU=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 node scripts/gpu-smoke.js \
+      > "$OUT/lz68/memcheck.log" 2>&1
+    log "memcheck rc=$? $(grep -a 'ERROR SUMMARY' "$OUT/lz68/memcheck.log" | head -1)"
+    pack_case lz68 ;;
   x63)
     # sixty-third session: fuzz-regressions.test.ts on main's kernels (.devbin/cs61; 58001:151 under the fuzz's new
     # softcap floor has not run on a GPU), then on the H200 issue 11's benches as pt does (until YEND), on another card a

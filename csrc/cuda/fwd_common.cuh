@@ -315,5 +315,77 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[kMT][kNT][4], flo
     }
 }
 
+// The lazy online-softmax step (FA_WS_LAZY_RESCALE; FlashAttention-4's conditional rescale, our
+// own form) for one m-tile of wgmma C fragments, 16-bit P. The block's exponentials are taken
+// against the row's reference max (row_max: the largest max so far, kept until a block's max passes
+// it by more than kLazyRescaleLog2 in log2 units), so they need not wait for this block's max, its
+// shuffles or a vote, and O is not rescaled at all in the common case: P then stays below 2^8
+// (no 16-bit overflow; its relative rounding is the same at any magnitude) and l / lse are over the
+// same reference, so the epilogue's O / l and lse = m + log(l) are unchanged in meaning. The block's
+// max is computed beside the exponentials; where some row of the warp passes the bound (or a row sees
+// its first key: a reference of -inf), the warp takes the exact step instead: the new max, alpha, and
+// the exponentials again from s (still intact: P is written packed, never into s). Returns true when
+// it did (warp-uniform), with alpha the factor O must be rescaled by; P packed as pack_p packs it.
+constexpr float kLazyRescaleLog2 = 8.f;
+template <typename T, int kNT>
+__device__ __forceinline__ void exp_pack_sum(const float (&s)[1][kNT][4], uint32_t (&p)[kNT / 2][4], float m0, float m1,
+                                             float sl2, float& rs0, float& rs1) {
+  rs0 = 0.f;
+  rs1 = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const float e0 = fast_exp2(fmaf(s[0][nt][0], sl2, -m0));
+    const float e1 = fast_exp2(fmaf(s[0][nt][1], sl2, -m0));
+    const float e2 = fast_exp2(fmaf(s[0][nt][2], sl2, -m1));
+    const float e3 = fast_exp2(fmaf(s[0][nt][3], sl2, -m1));
+    rs0 += e0;
+    rs0 += e1;
+    rs1 += e2;
+    rs1 += e3;
+    p[nt / 2][2 * (nt & 1)] = pack2<T>(e0, e1);
+    p[nt / 2][2 * (nt & 1) + 1] = pack2<T>(e2, e3);
+  }
+}
+template <typename T, int kNT>
+__device__ __forceinline__ bool lazy_softmax_step(const float (&s)[1][kNT][4], uint32_t (&p)[kNT / 2][4],
+                                                  float (&row_max)[1][2], float (&row_sum)[1][2], float (&alpha)[1][2],
+                                                  float sl2) {
+  const float r0 = row_max[0][0], r1 = row_max[0][1];
+  const float m0 = r0 == -INFINITY ? 0.f : __fmul_rn(r0, sl2);
+  const float m1 = r1 == -INFINITY ? 0.f : __fmul_rn(r1, sl2);
+  float rs0, rs1;
+  exp_pack_sum<T>(s, p, m0, m1, sl2, rs0, rs1);
+  float x0 = -INFINITY, x1 = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    x0 = fmaxf(x0, fmaxf(s[0][nt][0], s[0][nt][1]));
+    x1 = fmaxf(x1, fmaxf(s[0][nt][2], s[0][nt][3]));
+  }
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+  x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+  x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+  const bool need0 = r0 == -INFINITY ? x0 != -INFINITY : __fmul_rn(x0, sl2) - m0 > kLazyRescaleLog2;
+  const bool need1 = r1 == -INFINITY ? x1 != -INFINITY : __fmul_rn(x1, sl2) - m1 > kLazyRescaleLog2;
+  if (__any_sync(0xffffffffu, need0 || need1)) {
+    const float n0 = fmaxf(r0, x0), n1 = fmaxf(r1, x1);
+    const float k0 = n0 == -INFINITY ? 0.f : __fmul_rn(n0, sl2);
+    const float k1 = n1 == -INFINITY ? 0.f : __fmul_rn(n1, sl2);
+    const float a0 = r0 == -INFINITY ? 0.f : fast_exp2(m0 - k0);
+    const float a1 = r1 == -INFINITY ? 0.f : fast_exp2(m1 - k1);
+    exp_pack_sum<T>(s, p, k0, k1, sl2, rs0, rs1);
+    row_max[0][0] = n0;
+    row_max[0][1] = n1;
+    row_sum[0][0] = fmaf(row_sum[0][0], a0, rs0);
+    row_sum[0][1] = fmaf(row_sum[0][1], a1, rs1);
+    alpha[0][0] = a0;
+    alpha[0][1] = a1;
+    return true;
+  }
+  row_sum[0][0] += rs0;
+  row_sum[0][1] += rs1;
+  return false;
+}
+
 }  // namespace cuda
 }  // namespace fa

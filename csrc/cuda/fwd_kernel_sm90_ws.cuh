@@ -59,6 +59,9 @@ namespace cuda {
 #ifndef FA_WS_RESCALE_IN_SOFTMAX
 #define FA_WS_RESCALE_IN_SOFTMAX 1
 #endif
+#ifndef FA_WS_LAZY_RESCALE
+#define FA_WS_LAZY_RESCALE 0  // CMake option FA_WS_LAZY_RESCALE (development, OFF until measured): see Sm90WsTraits::kLazy
+#endif
 
 // Most sequences whose dealing order the producer sets (ws_deal_order): a warp ranks them in B steps.
 constexpr int kWsDealMax = 64;
@@ -115,6 +118,12 @@ struct Sm90WsTraits {
   // API, 3 runs: D 64 +0.5-2.5%, D 128 -0.7..+1.3% (geometric mean +0.1%), D 256 -0.1..-2%, where
   // it stays off: there the wait moved before the softmax leaves less to hide behind the P V.)
   static constexpr bool kRescaleInSoftmax = FA_WS_RESCALE_IN_SOFTMAX != 0 && kHeadDim_ <= 128;
+  // The lazy step after a tile's first key block (fwd_common.cuh, lazy_softmax_step): the exponentials against
+  // the reference max, O rescaled only where a row's max passes it by more than 2^8 (FA_WS_LAZY_RESCALE=1 builds:
+  // development, not yet run on a GPU; NOTES-fwd.md, sixty-eighth session). Where the rescale sits in the softmax;
+  // not in the W 64 two-consumer kernel (kPlain), whose dense instantiation ptxas then compiled with its wgmmas
+  // serialized (C7511).
+  static constexpr bool kLazy = FA_WS_LAZY_RESCALE != 0 && kRescaleInSoftmax && !(kHeadDim_ == 64 && kConsumers_ == 2);
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
   // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
@@ -637,6 +646,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       sm90::wgmma_commit();
     };
+    auto rescale_o = [&]() {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
+    };
     auto pack_p = [&]() {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -875,8 +890,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         FA_WS_BMARK(j, it, cw, 5, clock64());
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
-        mask_and_softmax(n_max - 1 - it, false);
-        FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
+        if constexpr (Tr::kLazy) {
+          const int nb = n_max - 1 - it;
+          score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t);
+          if (lazy_softmax_step<T>(s, p, row_max, row_sum, alpha, sl2)) rescale_o();
+          FA_WS_BMARK(j, it, cw, 6, clock_after(p[BN / 16 - 1][3]));
+        } else {
+          mask_and_softmax(n_max - 1 - it, false);
+          FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
+        }
       } else {
         mask_and_softmax(n_max - 1 - it, false);
         FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
@@ -888,14 +910,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
       }
       // O *= alpha: every block where the wait came first (the multiplies join the softmax's
       // instruction stream), else skipped when no row of the warp moved its max (alpha exactly 1).
-      if (Tr::kRescaleInSoftmax || rescale_always ||
-          __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) {
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[0][dt][e] *= alpha[0][e >> 1];
+      // (kLazy: done above where a row's max passed its reference, and P is packed)
+      if constexpr (!Tr::kLazy) {
+        if (Tr::kRescaleInSoftmax || rescale_always ||
+            __any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f))
+          rescale_o();
+        pack_p();
       }
-      pack_p();
       sc = sn;
       phc = phn;
     }
