@@ -533,13 +533,13 @@ case "${1:-w}" in
     pack_case c58s ;;
   lz68)
     # sixty-eighth session: the lazy softmax step (FA_WS_LAZY_RESCALE; .devbin/lazy = that tree's 90a build) against
-    # main's kernels (.devbin/cs61) in turns through the public API (fp16 / bf16, D 64 / 128, both masks, N 512..16k,
+    # main's kernels (.devbin/cs61) in turns through the public API (fp16 / bf16, D 64 / 128 / 256, both masks, N 512-4k and 16k,
     # AB_ROUNDS rounds, until AB_END s), then the forward test files on the lazy build (until YEND), then memcheck on a
     # few of its forward calls
     need .devbin/lazy/addon.xz
     use_addon cs61
     mkdir -p "$OUT/lz68"
-    AB_TAG=lz68 AB_ROUNDS=${AB_ROUNDS:-3} AB_TORCH=0 AB_TIMEOUT=60 AB_ARGS="--dtype fp16,bf16 --hdim 64,128" \
+    AB_TAG=lz68 AB_ROUNDS=${AB_ROUNDS:-3} AB_TORCH=0 AB_TIMEOUT=90 AB_ARGS="--dtype fp16,bf16 --hdim 64,128,256 --seqlen 512,1024,2048,4096,16384" \
       AB_ADDON=".devbin/lazy/addon.xz" OUT=$OUT/lz68 timeout $(( ${AB_END:-300} - $(el) )) \
       bash scripts/gpu-run.sh fwd-ab > "$OUT/lz68/ab-step.log" 2>&1
     log "lazy ab rc=$?"

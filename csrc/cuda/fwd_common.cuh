@@ -387,5 +387,41 @@ __device__ __forceinline__ bool lazy_softmax_step(const float (&s)[1][kNT][4], u
   return false;
 }
 
+// The same reference max where the softmax runs before the wait for P V (FA_WS_LAZY_RESCALE at D 192 / 256: O cannot be
+// touched, nor P written, until that wait): a row moves its reference (and gets alpha != 1) only where this block's max
+// passes it by more than kLazyRescaleLog2, so the step's vote on alpha skips O's rescale in nearly every block instead
+// of only where no row's max moved. The exponentials still follow the block's max (s is overwritten with P, as in
+// online_softmax_step); no vote here.
+template <int kNT>
+__device__ __forceinline__ void lazy_max_softmax_step(float (&s)[1][kNT][4], float (&row_max)[1][2], float (&row_sum)[1][2],
+                                                      float (&alpha)[1][2], float sl2) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float r = row_max[0][hr];
+    float x = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) x = fmaxf(x, fmaxf(s[0][nt][2 * hr], s[0][nt][2 * hr + 1]));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    const float m = r == -INFINITY ? 0.f : __fmul_rn(r, sl2);
+    const bool need = r == -INFINITY ? x != -INFINITY : __fmul_rn(x, sl2) - m > kLazyRescaleLog2;
+    const float n = need ? fmaxf(r, x) : r;
+    const float k = n == -INFINITY ? 0.f : __fmul_rn(n, sl2);
+    const float a = !need ? 1.f : r == -INFINITY ? 0.f : fast_exp2(m - k);
+    row_max[0][hr] = n;
+    float rs = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = fast_exp2(fmaf(s[0][nt][2 * hr + e], sl2, -k));
+        s[0][nt][2 * hr + e] = p;
+        rs += p;
+      }
+    row_sum[0][hr] = fmaf(row_sum[0][hr], a, rs);
+    alpha[0][hr] = a;
+  }
+}
+
 }  // namespace cuda
 }  // namespace fa

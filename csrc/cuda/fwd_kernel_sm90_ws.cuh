@@ -124,6 +124,9 @@ struct Sm90WsTraits {
   // not in the W 64 two-consumer kernel (kPlain), whose dense instantiation ptxas then compiled with its wgmmas
   // serialized (C7511).
   static constexpr bool kLazy = FA_WS_LAZY_RESCALE != 0 && kRescaleInSoftmax && !(kHeadDim_ == 64 && kConsumers_ == 2);
+  // Where the softmax runs before the wait for P V (D 192 / 256), the same builds keep the reference max per row
+  // (lazy_max_softmax_step) so that the vote after that wait skips O's rescale in nearly every block.
+  static constexpr bool kLazyMax = FA_WS_LAZY_RESCALE != 0 && !kRescaleInSoftmax;
   // Ring depth: as deep as the shared memory allows, up to 4 (D 64: 4, D 128: 2, D 192: 2, D 256: 2).
   // (Without a full O buffer, O's staging takes Q's or a half-width one, and the ring may use what
   // the sm_90 limit leaves: D 256 with 80-key tiles fits two stages there.)
@@ -900,7 +903,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
           FA_WS_BMARK(j, it, cw, 6, clock_after(__float_as_uint(sf[BN / 2 - 1])));
         }
       } else {
-        mask_and_softmax(n_max - 1 - it, false);
+        if constexpr (Tr::kLazyMax) {
+          const int nb = n_max - 1 - it;
+          score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t);
+          lazy_max_softmax_step(s, row_max, row_sum, alpha, sl2);
+        } else {
+          mask_and_softmax(n_max - 1 - it, false);
+        }
         FA_WS_BMARK(j, it, cw, 5, clock_after(__float_as_uint(sf[BN / 2 - 1])));
         sm90::wgmma_wait<0>();
         sm90::reg_fence<D / 2>(of);
