@@ -19,9 +19,9 @@
 //   FA_WS_QREG      default 1: the D <= 128 warp-specialised forward holds Q in registers (kQReg); 0 for comparisons
 //   FA_WS_SKIP_IDLE_WG default 1: in the dense / packed / paged warp-specialised forward a warpgroup whose rows all
 //                   lie past the sequence's end walks the tile without products (kSkipIdle); 0 for comparisons
-//   FA_WS_LAZY_RESCALE 1: development build whose warp-specialised forward keeps a reference max per row and
-//                   rescales O only where a key block's max passes it by more than 2^8, at D <= 128 with the block's
-//                   exponentials taken against it at once (csrc/cuda/fwd_common.cuh; not yet run on a GPU)
+//   FA_WS_LAZY_RESCALE default 1: the warp-specialised forward keeps a reference max per row and rescales O only
+//                   where a key block's max passes it by more than 2^8, at D <= 128 with the block's exponentials taken
+//                   against it at once (csrc/cuda/fwd_common.cuh); 0 for comparisons
 //   FA_BWD_WS_STAGED_DKDV default 1: the Hopper backward kernels (warp-specialised, both splits; cp.async, packed
 //                   batches) write dK / dV through shared memory with 16-byte stores; 0 for comparisons (the 4-byte
 //                   stores from registers)
@@ -54,7 +54,7 @@ const settings = {
   FA_WS_LPT: /^(1|on|true|yes)$/i.test(opt('FA_WS_LPT', '')) ? 'ON' : 'OFF',
   FA_WS_QREG: /^(0|off|false|no)$/i.test(opt('FA_WS_QREG', '')) ? 'OFF' : 'ON',
   FA_WS_SKIP_IDLE_WG: /^(0|off|false|no)$/i.test(opt('FA_WS_SKIP_IDLE_WG', '')) ? 'OFF' : 'ON',
-  FA_WS_LAZY_RESCALE: /^(1|on|true|yes)$/i.test(opt('FA_WS_LAZY_RESCALE', '')) ? 'ON' : 'OFF',
+  FA_WS_LAZY_RESCALE: /^(0|off|false|no)$/i.test(opt('FA_WS_LAZY_RESCALE', '')) ? 'OFF' : 'ON',
   FA_BWD_WS_STAGED_DKDV: /^(0|off|false|no)$/i.test(opt('FA_BWD_WS_STAGED_DKDV', '')) ? 'OFF' : 'ON',
   FA_BWD_WS_TMA_DKDV: /^(1|on|true|yes)$/i.test(opt('FA_BWD_WS_TMA_DKDV', '')) ? 'ON' : 'OFF',
   FA_BWD_WS_DQ_FIRST: /^(0|off|false|no)$/i.test(opt('FA_BWD_WS_DQ_FIRST', '')) ? 'OFF' : 'ON',

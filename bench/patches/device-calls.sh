@@ -6,13 +6,13 @@
 # (Calls w, v and q of the forty-first session ran; their recipes are in the cases below and in that session's
 # commit, 2cc3400.)
 #
-# Sixty-eighth session: no call ran (three failed starts, then no machine lent). NEXT, on an H200 (an H100 will do for the
-# A/B and the tests): lz68, the lazy rescale (FA_WS_LAZY_RESCALE, NOTES-fwd.md sixty-eighth section) against main's
-# kernels. Here first: .devbin/cs61 as below; .devbin/lazy with every head dim (the tests need them): `FA_CUDA_ARCHS=90a
-# FA_WS_LAZY_RESCALE=1 npm run build:native`, strip + xz -9 the addon into .devbin/lazy/addon.xz, then rebuild the default
-# (`FA_CUDA_ARCHS=90a npm run build:native`). Call: carry [".gpu", "dist", ".devbin/cs61", ".devbin/lazy"], command
-# `source .gpu/env.sh && AB_END=300 YEND=560 bash bench/patches/device-calls.sh lz68`. If it gains, make it the default
-# (CMake option ON), then gf and hp on that build; if not, x63 as before.
+# Sixty-eighth session: five requests found no machine; the sixth got an H100: lz68 (the lazy rescale +1.8% D 128,
+# +3.6% D 64 three consumers, +5.1% D 256 over main's kernels; 1045 tests and memcheck on it), then the other GPU test
+# files (143 + 332) and GPU fuzz seed 68101 (3463 calls, 0 failures) by hand; the lazy rescale is the default since
+# (RESULTS.md / NOTES-fwd.md, sixty-eighth sections). NEXT, on an H200: hp and then x63 (issue 12's grid and issue 11's
+# benches: the varlen / paged prefill runs the same forward) with HB=cs68 = main's 90a build (`FA_CUDA_ARCHS=90a npm ci`,
+# strip + xz -9 the addon into .devbin/cs68/addon.xz), e.g. `source .gpu/env.sh && HB=cs68 YEND=540 bash
+# bench/patches/device-calls.sh hp`, carry [".gpu", "dist", ".devbin/cs68"].
 # Sixty-seventh session: an H200 at last (third request): x63, hp, gf (ST 300, FZ_SEED 67101), the fuzz under memcheck /
 # racecheck and issue 11's benches again, all on cs61 (RESULTS.md, sixty-seventh section). NEXT: on an H200, a kernel change's
 # A/B (fwd-ab, AB_ADDON) before the grid again; with none, x63 as below keeps the regression list running.
