@@ -672,9 +672,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
     int free_first, free_last;
     win.unmasked_blocks(BN, row0 + cw * 64, row0 + cw * 64 + 63, &free_first, &free_last);
     const int smod = score_mod_of(a);
-    auto mask_and_softmax = [&](int nb, bool vote_lower_only) {
+    auto mask_scores = [&](int nb, bool vote_lower_only) {
       score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t,
                                        vote_lower_only);
+    };
+    auto mask_and_softmax = [&](int nb, bool vote_lower_only) {
+      mask_scores(nb, vote_lower_only);
       online_softmax_step(s, row_max, row_sum, alpha, sl2);
     };
 
@@ -895,8 +898,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         sm90::reg_fence_u32<BN / 4>(&p[0][0]);  // P(it-1) stays in its registers until its wgmma is done
         release(bar_ve + 8 * sc);
         if constexpr (Tr::kLazy) {
-          const int nb = n_max - 1 - it;
-          score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t);
+          mask_scores(n_max - 1 - it, false);
           if (lazy_softmax_step<T>(s, p, row_max, row_sum, alpha, sl2)) rescale_o();
           FA_WS_BMARK(j, it, cw, 6, clock_after(p[BN / 16 - 1][3]));
         } else {
@@ -905,8 +907,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel_sm90_ws(const __gr
         }
       } else {
         if constexpr (Tr::kLazyMax) {
-          const int nb = n_max - 1 - it;
-          score_mod_and_mask_at<BN, false>(s, a, win, nb, smod, nb < free_first || nb > free_last, row0 + wrow0 + g, t);
+          mask_scores(n_max - 1 - it, false);
           lazy_max_softmax_step(s, row_max, row_sum, alpha, sl2);
         } else {
           mask_and_softmax(n_max - 1 - it, false);
